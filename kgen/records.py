@@ -1,0 +1,80 @@
+"""The small typed records that cross kgen's stages (proposer -> evaluator -> database -> search)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout", "incorrect", "correct", "suspicious")
+# A proposal that held no code never reaches the evaluator; it is stored with this outcome.
+NO_CODE = "no_code"
+LANGUAGES = ("triton", "cuda")
+
+
+@dataclass
+class EvalSettings:
+    """How to evaluate: where, at which size, and how strictly."""
+
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    size: str = "small"
+    timeout_s: float = 300.0
+    rtol: Optional[float] = None  # None: the dtype's default (1e-5 fp32, 1e-2 fp16/bf16)
+    trials: int = 5
+    min_timed_runs: int = 100
+    min_timed_s: float = 1.0
+    baseline_eager_ms: Optional[float] = None
+    baseline_compile_ms: Optional[float] = None
+    floor_ms: Optional[float] = None
+
+
+@dataclass
+class EvalResult:
+    """What the evaluation found for one candidate. Field names are the `kgen eval --json` keys."""
+
+    outcome: str
+    message: str = ""
+    language: Optional[str] = None
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    norm_rel_err: Optional[float] = None
+    runtime_ms: Optional[float] = None
+    eager_ms: Optional[float] = None
+    compile_ms: Optional[float] = None
+    speedup_eager: Optional[float] = None
+    speedup_compile: Optional[float] = None
+    roofline_pct: Optional[float] = None
+    device: str = "cpu"
+    size: str = "small"
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+    torch_ops: list[str] = field(default_factory=list)
+    compile_s: Optional[float] = None
+    eval_s: Optional[float] = None
+    torch_version: Optional[str] = None
+    triton_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Proposal:
+    """One candidate source from a proposer, with where it came from."""
+
+    source: Optional[str]  # None: the response held no usable code (stored as outcome no_code)
+    proposer: str
+    language: str = "unknown"
+    model: Optional[str] = None
+    parent_ids: list[int] = field(default_factory=list)
+    idea: Optional[str] = None
+    origin: Optional[str] = None
+    prompt: Optional[Any] = None  # the rendered chat messages
+    response: Optional[str] = None
+    template: Optional[str] = None
+    tokens_in: Optional[int] = None
+    tokens_out: Optional[int] = None
+    latency_s: Optional[float] = None
+    attempts: int = 1
+    error: Optional[str] = None
