@@ -88,9 +88,7 @@ def main() -> None:
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # click's usage errors and anything unexpected: one line, exit 2
-        import click
-
-        if isinstance(e, click.ClickException):
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (typer's) usage errors
             if os.environ.get("KGEN_DEBUG"):
                 traceback.print_exc()
             print(f"kgen: error: {e.format_message()}", file=sys.stderr)

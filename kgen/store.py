@@ -1,0 +1,172 @@
+"""Reads and writes of the results DB that more than one stage needs: each write is its own
+transaction, committed at once, so a killed search loses only what was still in flight."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from sqlalchemy import func, select
+
+from kgen import __version__
+from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
+from kgen.records import NO_CODE, EvalResult, Proposal
+
+FAILURE_OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout", "incorrect", NO_CODE)
+
+
+def normalized_source_hash(source: str) -> str:
+    """Hash of a source with comments, blank lines and trailing spaces dropped: the same kernel
+    re-proposed with other comments is the same candidate."""
+    lines = []
+    for line in source.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).rstrip()
+        if line.strip() and not line.lstrip().startswith("#"):
+            lines.append(line)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def create_run(db: Database, *, problem: str, problem_path: str, problem_hash: str, size: str, proposer: str,
+               model: Optional[str], language: str, seed: int, rounds: int, candidates_per_round: int,
+               settings: dict, device: str) -> int:
+    with db.session() as s:
+        run = Run(problem=problem, problem_path=problem_path, problem_hash=problem_hash, size=size,
+                  proposer=proposer, model=model, language=language, seed=seed, rounds_planned=rounds,
+                  candidates_per_round=candidates_per_round, settings=settings, device=device,
+                  kgen_version=__version__, status="running")
+        s.add(run)
+        s.flush()
+        return run.id
+
+
+def set_run_status(db: Database, run_id: int, status: str, rounds_done: Optional[int] = None) -> None:
+    with db.session() as s:
+        run = s.get(Run, run_id)
+        run.status = status
+        if rounds_done is not None:
+            run.rounds_done = rounds_done
+        if status in ("finished", "interrupted", "failed"):
+            run.finished_at = utcnow()
+
+
+def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], round_index: Optional[int],
+                 problem: str, problem_hash: Optional[str]) -> int:
+    """Store a proposal (and its LLM call, if it came from one) before it is evaluated; returns the
+    candidate id. A proposal without code gets its `no_code` evaluation at once."""
+    with db.session() as s:
+        call = None
+        if proposal.prompt is not None or proposal.response is not None:
+            call = LLMCall(run_id=run_id, round=round_index, proposer=proposal.proposer, model=proposal.model,
+                           template=proposal.template, prompt=proposal.prompt, response=proposal.response,
+                           outcome="ok" if proposal.source else NO_CODE, error=proposal.error,
+                           tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,
+                           latency_s=proposal.latency_s, attempts=proposal.attempts)
+            s.add(call)
+            s.flush()
+        source = proposal.source or ""
+        cand = Candidate(run_id=run_id, round=round_index, problem=problem, problem_hash=problem_hash,
+                         source=source, source_hash=normalized_source_hash(source) if source else "",
+                         language=proposal.language, parent_ids=list(proposal.parent_ids),
+                         proposer=proposal.proposer, model=proposal.model, idea=proposal.idea,
+                         origin=proposal.origin, llm_call_id=call.id if call else None)
+        s.add(cand)
+        s.flush()
+        if not proposal.source:
+            s.add(Evaluation(candidate_id=cand.id, outcome=NO_CODE, device="-", size="-",
+                             message=proposal.error or "the response held no code block defining ModelNew"))
+        return cand.id
+
+
+def add_evaluation(db: Database, candidate_id: int, result: EvalResult) -> int:
+    with db.session() as s:
+        ev = Evaluation(candidate_id=candidate_id, outcome=result.outcome, message=result.message,
+                        language=result.language, device=result.device, size=result.size,
+                        max_abs_err=result.max_abs_err, max_rel_err=result.max_rel_err,
+                        norm_rel_err=result.norm_rel_err, atol=result.atol, rtol=result.rtol,
+                        runtime_ms=result.runtime_ms, eager_ms=result.eager_ms, compile_ms=result.compile_ms,
+                        speedup_eager=result.speedup_eager, speedup_compile=result.speedup_compile,
+                        roofline_pct=result.roofline_pct, torch_ops=list(result.torch_ops),
+                        compile_s=result.compile_s, eval_s=result.eval_s, torch_version=result.torch_version,
+                        triton_version=result.triton_version, cuda_version=result.cuda_version,
+                        details=result.details)
+        s.add(ev)
+        s.flush()
+        return ev.id
+
+
+@dataclass
+class ScoredCandidate:
+    """A candidate with its latest evaluation, as history and leaderboards see it."""
+
+    id: int
+    run_id: Optional[int]
+    round: Optional[int]
+    source: str
+    language: str
+    idea: Optional[str]
+    proposer: str
+    parent_ids: list[int]
+    outcome: str
+    message: Optional[str]
+    runtime_ms: Optional[float]
+    speedup_eager: Optional[float]
+    speedup_compile: Optional[float]
+    roofline_pct: Optional[float]
+    device: str
+    torch_ops: list[str]
+
+
+def _latest_evaluations(problem_hash: Optional[str], run_id: Optional[int], problem: Optional[str] = None):
+    latest = select(func.max(Evaluation.id)).group_by(Evaluation.candidate_id).scalar_subquery()
+    q = select(Candidate, Evaluation).join(Evaluation, Evaluation.candidate_id == Candidate.id).where(
+        Evaluation.id.in_(latest))
+    if run_id is not None:
+        q = q.where(Candidate.run_id == run_id)
+    if problem_hash is not None:
+        q = q.where(Candidate.problem_hash == problem_hash)
+    if problem is not None:
+        q = q.where(Candidate.problem == problem)
+    return q
+
+
+def _scored(c: Candidate, e: Evaluation) -> ScoredCandidate:
+    return ScoredCandidate(id=c.id, run_id=c.run_id, round=c.round, source=c.source, language=c.language,
+                           idea=c.idea, proposer=c.proposer, parent_ids=list(c.parent_ids or []), outcome=e.outcome,
+                           message=e.message, runtime_ms=e.runtime_ms, speedup_eager=e.speedup_eager,
+                           speedup_compile=e.speedup_compile, roofline_pct=e.roofline_pct, device=e.device,
+                           torch_ops=list(e.torch_ops or []))
+
+
+def correct_candidates(db: Database, *, problem_hash: Optional[str] = None, run_id: Optional[int] = None,
+                       problem: Optional[str] = None) -> list[ScoredCandidate]:
+    """Correct candidates, fastest first (untimed ones, on a machine without a GPU, after timed ones,
+    oldest first)."""
+    with db.reader() as s:
+        rows = s.execute(_latest_evaluations(problem_hash, run_id, problem).where(Evaluation.outcome == "correct"))
+        scored = [_scored(c, e) for c, e in rows]
+    return sorted(scored, key=lambda c: (c.runtime_ms is None, c.runtime_ms or 0.0, c.id))
+
+
+def recent_failures(db: Database, *, problem_hash: Optional[str] = None, run_id: Optional[int] = None,
+                    limit: int = 5) -> list[ScoredCandidate]:
+    with db.reader() as s:
+        rows = s.execute(_latest_evaluations(problem_hash, run_id).where(Evaluation.outcome.in_(FAILURE_OUTCOMES))
+                         .order_by(Evaluation.id.desc()).limit(limit))
+        return [_scored(c, e) for c, e in rows]
+
+
+def tried_hashes(db: Database, *, problem_hash: Optional[str] = None) -> set[str]:
+    """Normalized source hashes already proposed for this problem (any run)."""
+    with db.reader() as s:
+        q = select(Candidate.source_hash)
+        if problem_hash is not None:
+            q = q.where(Candidate.problem_hash == problem_hash)
+        return {h for h in s.scalars(q) if h}
+
+
+def evaluated_candidate_ids(db: Database, run_id: int) -> set[int]:
+    with db.reader() as s:
+        q = select(Evaluation.candidate_id).join(Candidate).where(Candidate.run_id == run_id)
+        return set(s.scalars(q))
