@@ -233,10 +233,11 @@ def open_db(db: str | None = None, create: bool = True) -> Database:
         event.listen(engine, "connect", _sqlite_pragmas)
     try:
         with engine.connect() as conn:
-            if is_sqlite and url.database not in (None, "", ":memory:"):
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
             tables = set(inspect(conn).get_table_names())
-        _check_or_create_schema(engine, tables)
+        _check_or_create_schema(engine, tables)  # before WAL: a refused file is left byte-for-byte as it was
+        if is_sqlite and url.database not in (None, "", ":memory:"):
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     except KgenError:
         engine.dispose()
         raise

@@ -1,0 +1,32 @@
+"""Shared test setup: the real CLI runs in subprocesses with this venv's Python; no test touches the
+user's results.db or cache (both point into the test's temp dir)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEM_FILES = Path(__file__).resolve().parent / "problem_files"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "kgen-cache"))
+    monkeypatch.delenv("KGEN_DB", raising=False)
+    monkeypatch.delenv("KGEN_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def run_kgen(*args: str, cwd=None, env=None, timeout: float = 600, input: str | None = None):
+    """Run the real `kgen` CLI (python -m kgen) in a subprocess."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "kgen", *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=timeout, input=input)
+
+
+@pytest.fixture
+def kgen_cli():
+    return run_kgen
