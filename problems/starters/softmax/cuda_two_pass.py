@@ -5,6 +5,8 @@ online (max, sum-of-exp) pair with one expf per element (if x > m: s = s*exp(m-x
 else s += exp(x-m)); pairs are merged with warp shuffles and shared memory.
 Pass 2 walks the row backwards (the tail read last in pass 1 is the likeliest to still be in L2),
 loads with __ldcs and stores with __stcs (evict-first streaming) and writes exp(x - M) * (1/S).
+Rows in flight x 256 KB should stay under the 50 MB L2 for pass 2 to hit; OCC_PAD_KB reserves unused
+dynamic shared memory per block to cap the blocks per SM (120 -> 1 block per SM).
 Rows whose length is not a multiple of 4 (or unaligned) take the scalar path of the same kernel.
 expf is the accurate libdevice one (no --use_fast_math).
 """
@@ -16,6 +18,7 @@ import torch.nn as nn
 KGEN_TUNABLE = {
     "THREADS": [256, 512, 1024],
     "UNROLL": [1, 2, 4, 8],
+    "OCC_PAD_KB": [0, 64, 120],
 }
 
 CUDA_SRC = r"""
@@ -27,6 +30,7 @@ CUDA_SRC = r"""
 
 #define THREADS 1024
 #define UNROLL 4
+#define OCC_PAD_KB 0   // unused dynamic shared memory per block: caps blocks per SM (rows in flight vs L2)
 
 #define NEG_BIG (-3.0e38f)
 
@@ -147,10 +151,15 @@ torch::Tensor softmax_fwd(torch::Tensor x, int64_t stream) {
     cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
     const bool vec = (cols % 4 == 0) && (reinterpret_cast<uintptr_t>(x.data_ptr<float>()) % 16 == 0)
                      && (reinterpret_cast<uintptr_t>(y.data_ptr<float>()) % 16 == 0);
+    const size_t pad = (size_t)OCC_PAD_KB * 1024;
+    if (pad > 48 * 1024) {
+        cudaFuncSetAttribute(softmax_two_pass_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pad);
+        cudaFuncSetAttribute(softmax_two_pass_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pad);
+    }
     if (vec)
-        softmax_two_pass_kernel<4><<<rows, THREADS, 0, st>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols, x.stride(0), y.stride(0));
+        softmax_two_pass_kernel<4><<<rows, THREADS, pad, st>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols, x.stride(0), y.stride(0));
     else
-        softmax_two_pass_kernel<1><<<rows, THREADS, 0, st>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols, x.stride(0), y.stride(0));
+        softmax_two_pass_kernel<1><<<rows, THREADS, pad, st>>>(x.data_ptr<float>(), y.data_ptr<float>(), cols, x.stride(0), y.stride(0));
     TORCH_CHECK(cudaGetLastError() == cudaSuccess, "softmax kernel launch failed");
     return y;
 }
