@@ -1,0 +1,123 @@
+"""The search history a proposer sees, read from the results DB: the best correct candidates (a
+diverse few, not only the top one), recent failures with trimmed messages, the ideas that worked,
+every source already tried, and what the problem's times are measured against."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sqlalchemy import select
+
+from kgen.db import Baseline, Candidate, Database
+from kgen.problems import Problem
+from kgen.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
+from kgen.store import ScoredCandidate, correct_candidates, normalized_source_hash, recent_failures, tried_hashes
+
+MESSAGE_HEAD_LINES = 20
+MESSAGE_TAIL_LINES = 12
+MESSAGE_MAX_CHARS = 2500
+
+
+@dataclass
+class History:
+    """What a proposer knows before a round. Times are None where nothing was timed (no GPU)."""
+
+    best: list[ScoredCandidate] = field(default_factory=list)  # fastest first, diverse
+    failures: list[ScoredCandidate] = field(default_factory=list)  # newest first, messages trimmed, all with source
+    ideas_that_worked: list[str] = field(default_factory=list)
+    tried_hashes: set[str] = field(default_factory=set)  # store.normalized_source_hash of every proposed source
+    parent_ids: set[int] = field(default_factory=set)  # candidates that already have a child (a failure: repaired)
+    correct_count: int = 0
+    baseline_eager_ms: Optional[float] = None
+    baseline_compile_ms: Optional[float] = None
+    floor_ms: Optional[float] = None
+    roofline: Optional[Roofline] = None
+    ceilings: Optional[Ceilings] = None
+    device: Optional[str] = None
+
+    def is_tried(self, source: str) -> bool:
+        return normalized_source_hash(source) in self.tried_hashes
+
+
+def trim_message(message: Optional[str], head: int = MESSAGE_HEAD_LINES, tail: int = MESSAGE_TAIL_LINES,
+                 max_chars: int = MESSAGE_MAX_CHARS) -> str:
+    """The start (where compilers put the first error) and the end (where Python puts the exception)
+    of an error message, within a prompt-sized budget."""
+    lines = (message or "").strip().splitlines()
+    if len(lines) > head + tail:
+        lines = lines[:head] + [f"... ({len(lines) - head - tail} lines cut) ..."] + lines[-tail:]
+    text = "\n".join(lines)
+    if len(text) > max_chars:
+        half = max_chars // 2
+        text = text[:half] + "\n... (cut) ...\n" + text[-half:]
+    return text
+
+
+def kernel_shape(source: str) -> str:
+    """A key equal for two sources that differ only in their numbers: the same kernel, other tunings."""
+    return normalized_source_hash(re.sub(r"\b\d+\b", "0", source))
+
+
+def pick_diverse(ranked: list[ScoredCandidate], k: int) -> list[ScoredCandidate]:
+    """Up to k of `ranked` (fastest first): the fastest, the fastest of each other language, the
+    fastest of each other kernel (not a retuning of one already picked), then the next fastest."""
+    picked: list[ScoredCandidate] = []
+
+    def take(c: ScoredCandidate) -> None:
+        if len(picked) < k and c not in picked:
+            picked.append(c)
+
+    if ranked:
+        take(ranked[0])
+    for c in ranked:
+        if c.language not in {p.language for p in picked}:
+            take(c)
+    for c in ranked:
+        if kernel_shape(c.source) not in {kernel_shape(p.source) for p in picked}:
+            take(c)
+    for c in ranked:
+        take(c)
+    order = {c.id: i for i, c in enumerate(ranked)}
+    return sorted(picked, key=lambda c: order[c.id])
+
+
+def _parent_ids(db: Database, problem: Problem) -> set[int]:
+    with db.reader() as s:
+        rows = s.scalars(select(Candidate.parent_ids).where(Candidate.problem_hash == problem.source_hash))
+        return {int(p) for parents in rows for p in (parents or [])}
+
+
+def _baseline(db: Database, problem: Problem, device: Optional[str]) -> Optional[Baseline]:
+    with db.reader() as s:
+        q = select(Baseline).where(Baseline.problem_hash == problem.source_hash, Baseline.size == problem.size)
+        if device is not None:
+            q = q.where(Baseline.device == device)
+        return s.scalars(q.order_by(Baseline.id.desc())).first()
+
+
+def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, device: Optional[str] = None, *,
+                  max_best: int = 4, max_failures: int = 4, max_ideas: int = 10) -> History:
+    """The history of `problem` (this run's when `run_id` is given; every source ever tried for the
+    problem counts as tried either way). `device`: the device's name as evaluations store it; a
+    CUDA device also brings its measured ceilings and the roofline floor."""
+    ranked = correct_candidates(db, problem_hash=problem.source_hash, run_id=run_id)
+    failures = [f for f in recent_failures(db, problem_hash=problem.source_hash, run_id=run_id,
+                                           limit=max_failures * 3) if f.source][:max_failures]
+    for f in failures:
+        f.message = trim_message(f.message)
+    ideas: list[str] = []
+    for c in ranked:
+        worked = c.speedup_eager is None or c.speedup_eager > 1.0
+        if c.idea and worked and c.idea not in ideas:
+            ideas.append(c.idea)
+    roofline = compute_roofline(problem)
+    ceilings = device_ceilings() if device and device != "cpu" else None
+    base = _baseline(db, problem, device)
+    return History(best=pick_diverse(ranked, max_best), failures=failures, ideas_that_worked=ideas[:max_ideas],
+                   tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
+                   parent_ids=_parent_ids(db, problem),
+                   baseline_eager_ms=base.eager_ms if base else None,
+                   baseline_compile_ms=base.compile_ms if base else None,
+                   floor_ms=roofline.floor_ms(ceilings), roofline=roofline, ceilings=ceilings, device=device)

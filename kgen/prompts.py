@@ -1,0 +1,148 @@
+"""Prompt rendering: the Jinja2 templates in `prompts/` (or a user's `--prompts DIR`, whose templates
+override the bundled ones name by name) filled from the problem and its search history.
+
+Templates are rendered with StrictUndefined: a template that names a variable the context does not
+hold fails with a KgenError naming the variable and the template, never a prompt with a hole in it.
+
+The variables every template sees (see `prompt_context`):
+  problem        name, size, source (the reference module at this size), inputs, outputs (shape+dtype text), dtype
+  language       triton | cuda | any
+  device         the GPU's name, or None (no GPU: candidates are checked in Triton's interpreter)
+  ceilings       {bandwidth_gb_s, fp32_tflop_s} measured on the device, or None
+  roofline       {flops, bytes, floor_ms, bound}; floor_ms and bound are None without ceilings
+  baseline       {eager_ms, compile_ms}, each None until timed
+  best           the best correct candidates, fastest first: {id, language, source, idea, runtime_ms,
+                 speedup_eager, speedup_compile, roofline_pct}
+  failures       recent failures, newest first: {id, language, source, idea, outcome, message}
+  ideas_that_worked, round_index, correct_count, tried_count
+  failure        (repair.j2 only) the failure to fix, as in `failures`
+Filters: ms (0.123 ms / not timed), speedup (1.23x / -), pct (45.6% / -), si (1.20 G).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+
+from kgen.errors import KgenError
+from kgen.history import History
+from kgen.problems import Problem
+from kgen.store import ScoredCandidate
+
+TEMPLATES = ("system.j2", "propose.j2", "repair.j2")
+
+
+def bundled_prompts_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "prompts"
+
+
+def _ms(value: Optional[float]) -> str:
+    return "not timed" if value is None else f"{value:.4g} ms"
+
+
+def _speedup(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _si(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    for factor, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f}{suffix}"
+    return f"{value:.0f}"
+
+
+def _candidate_view(c: ScoredCandidate) -> dict[str, Any]:
+    return {"id": c.id, "language": c.language, "source": c.source, "idea": c.idea, "runtime_ms": c.runtime_ms,
+            "speedup_eager": c.speedup_eager, "speedup_compile": c.speedup_compile, "roofline_pct": c.roofline_pct}
+
+
+def failure_view(c: ScoredCandidate) -> dict[str, Any]:
+    return {"id": c.id, "language": c.language, "source": c.source, "idea": c.idea, "outcome": c.outcome,
+            "message": c.message or ""}
+
+
+def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0) -> dict[str, Any]:
+    """Everything the templates may use, as plain values (documented in this module's docstring)."""
+    roof, ceil = history.roofline, history.ceilings
+    return {
+        "problem": {"name": problem.name, "size": problem.size, "source": problem.sized_source,
+                    "inputs": [str(s) for s in problem.input_specs()],
+                    "outputs": [str(s) for s in problem.output_specs()], "dtype": problem.dtype},
+        "language": language,
+        "device": ceil.device if ceil is not None else None,
+        "ceilings": None if ceil is None else {"bandwidth_gb_s": ceil.bandwidth_bytes_per_s / 1e9,
+                                               "fp32_tflop_s": ceil.fp32_flops_per_s / 1e12},
+        "roofline": {"flops": roof.flops if roof else None, "bytes": roof.bytes_moved if roof else None,
+                     "floor_ms": history.floor_ms,
+                     "bound": roof.bound(ceil) if roof is not None and ceil is not None else None},
+        "baseline": {"eager_ms": history.baseline_eager_ms, "compile_ms": history.baseline_compile_ms},
+        "best": [_candidate_view(c) for c in history.best],
+        "failures": [failure_view(c) for c in history.failures],
+        "ideas_that_worked": list(history.ideas_that_worked),
+        "round_index": round_index,
+        "correct_count": history.correct_count,
+        "tried_count": len(history.tried_hashes),
+    }
+
+
+class PromptRenderer:
+    """Renders the three templates; `prompts_dir` templates take precedence over the bundled ones."""
+
+    def __init__(self, prompts_dir: Optional[str | Path] = None):
+        search = [str(bundled_prompts_dir())]
+        if prompts_dir is not None:
+            user = Path(prompts_dir).expanduser()
+            if not user.is_dir():
+                raise KgenError(f"prompts directory not found: {prompts_dir}")
+            if not any((user / t).is_file() for t in TEMPLATES):
+                raise KgenError(f"prompts directory {prompts_dir} holds none of {', '.join(TEMPLATES)}")
+            search.insert(0, str(user))
+        self.search_path = search
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
+                                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                                      autoescape=False)
+        self.env.filters.update(ms=_ms, speedup=_speedup, pct=_pct, si=_si)
+
+    def template_path(self, name: str) -> str:
+        for folder in self.search_path:
+            if (Path(folder) / name).is_file():
+                return str(Path(folder) / name)
+        return name
+
+    def render(self, name: str, context: dict[str, Any]) -> str:
+        try:
+            template = self.env.get_template(name)
+            return template.render(**context).strip() + "\n"
+        except jinja2.TemplateNotFound as e:
+            raise KgenError(f"prompt template {name} not found in {' or '.join(self.search_path)}") from e
+        except jinja2.TemplateSyntaxError as e:
+            raise KgenError(f"prompt template {e.filename or name} line {e.lineno}: syntax error: {e.message}") from e
+        except jinja2.UndefinedError as e:
+            raise KgenError(f"prompt template {self._where(e, name)} uses undefined variable "
+                            f"'{_undefined_name(str(e))}'") from e
+
+    def _where(self, error: Exception, name: str) -> str:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith(".j2")]
+        if frames:
+            return f"{frames[-1].filename} line {frames[-1].lineno}"
+        return self.template_path(name)
+
+    def messages(self, template: str, context: dict[str, Any]) -> list[dict[str, str]]:
+        """The chat: the system prompt, then `template` (propose.j2 or repair.j2) as the user's turn."""
+        return [{"role": "system", "content": self.render("system.j2", context)},
+                {"role": "user", "content": self.render(template, context)}]
+
+
+def _undefined_name(message: str) -> str:
+    m = re.search(r"has no attribute '([^']+)'", message) or re.search(r"'([^']+)' is undefined", message)
+    return m.group(1) if m else message
