@@ -5,7 +5,8 @@ Templates are rendered with StrictUndefined: a template that names a variable th
 hold fails with a KgenError naming the variable and the template, never a prompt with a hole in it.
 
 The variables every template sees (see `prompt_context`):
-  problem        name, size, source (the reference module at this size), inputs, outputs (shape+dtype text), dtype
+  problem        name, size, source (the reference module at this size, no KGEN_ settings),
+                 inputs, outputs (shape+dtype text), dtype
   language       triton | cuda | any
   device         the GPU's name, or None (no GPU: candidates are checked in Triton's interpreter)
   ceilings       {bandwidth_gb_s, fp32_tflop_s} measured on the device, or None
@@ -21,6 +22,7 @@ Filters: ms (0.123 ms / not timed), speedup (1.23x / -), pct (45.6% / -), si (1.
 
 from __future__ import annotations
 
+import ast
 import re
 import traceback
 from pathlib import Path
@@ -71,11 +73,28 @@ def failure_view(c: ScoredCandidate) -> dict[str, Any]:
             "message": c.message or ""}
 
 
+def reference_source(problem: Problem) -> str:
+    """The problem's source at its size, without kgen's own settings (KGEN_* and `# kgen:` lines),
+    which say nothing about the computation."""
+    source = problem.sized_source
+    drop: set[int] = set()
+    try:
+        for node in ast.parse(source).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if any(isinstance(t, ast.Name) and t.id.startswith("KGEN_") for t in targets):
+                drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    except SyntaxError:
+        return source
+    lines = [line for i, line in enumerate(source.splitlines(), 1)
+             if i not in drop and not line.lstrip().lower().startswith("# kgen:")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
 def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
     roof, ceil = history.roofline, history.ceilings
     return {
-        "problem": {"name": problem.name, "size": problem.size, "source": problem.sized_source,
+        "problem": {"name": problem.name, "size": problem.size, "source": reference_source(problem),
                     "inputs": [str(s) for s in problem.input_specs()],
                     "outputs": [str(s) for s in problem.output_specs()], "dtype": problem.dtype},
         "language": language,
