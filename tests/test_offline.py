@@ -104,7 +104,8 @@ def run_rounds(db, problem, proposer, rounds, n, outcome=lambda p: "correct"):
     for r in range(rounds):
         proposals = proposer.propose(problem, build_history(db, problem), n, r)
         for p in proposals:
-            cid = add_proposal(db, p, run_id=None, round_index=r, problem=problem.name, problem_hash=problem.source_hash)
+            cid = add_proposal(db, p, run_id=None, round_index=r, problem=problem.name,
+                               problem_hash=problem.source_hash)
             result = outcome(p)
             add_evaluation(db, cid, EvalResult(outcome=result, runtime_ms=fake_runtime_ms(p.source)
                                                if result == "correct" else None))
@@ -155,8 +156,8 @@ def test_every_proposal_parses_keeps_model_new_and_is_new(tmp_path, name):
 
 def test_the_same_seed_gives_the_same_search(tmp_path, problem_softmax):
     def sources(seed, db_name):
-        rounds = run_rounds(_db(tmp_path, db_name), problem_softmax, OfflineProposer(problem=problem_softmax, seed=seed),
-                            rounds=4, n=5)
+        proposer = OfflineProposer(problem=problem_softmax, seed=seed)
+        rounds = run_rounds(_db(tmp_path, db_name), problem_softmax, proposer, rounds=4, n=5)
         return [(p.source, p.idea, p.parent_ids) for proposals in rounds for p in proposals]
 
     assert sources(7, "a.db") == sources(7, "b.db")
@@ -191,7 +192,8 @@ def test_recognized_names_double_or_halve_within_bounds_when_nothing_is_declared
     problem = tiny_problem(tmp_path)
     source = TINY_STARTER.format(extra="")
     found = {t.name: t for t in find_tunables(source, frozenset({"batch_size", "dim"}))}
-    launch = f"num_stages@L{source.splitlines().index('                                                   num_stages=2)') + 1}"
+    launch_line = next(i for i, line in enumerate(source.splitlines(), 1) if "num_stages=2" in line)
+    launch = f"num_stages@L{launch_line}"
     assert set(found) == {"BLOCK_SIZE", "NUM_WARPS", launch}  # not ROWS_PER_PROGRAM, WARP_SIZE, DIM, PAD
     assert found["BLOCK_SIZE"].alternatives() == [512, 128] and found["NUM_WARPS"].alternatives() == [8, 2]
     assert found[launch].alternatives() == [4, 1]

@@ -41,8 +41,8 @@ def _add(db, problem, source, result, idea=None, language="triton"):
 
 
 def _correct(ms, eager_ms=1.0):
-    return EvalResult(outcome="correct", runtime_ms=ms, speedup_eager=eager_ms / ms, speedup_compile=0.8 * eager_ms / ms,
-                      roofline_pct=40.0)
+    return EvalResult(outcome="correct", runtime_ms=ms, speedup_eager=eager_ms / ms,
+                      speedup_compile=0.8 * eager_ms / ms, roofline_pct=40.0)
 
 
 @pytest.fixture

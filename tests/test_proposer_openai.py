@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
-from kgen.db import Candidate, LLMCall, open_db
+from kgen.db import Candidate, open_db
 from kgen.errors import KgenError
 from kgen.history import History, build_history
 from kgen.problems import load_problem
@@ -113,7 +112,8 @@ def test_malformed_json_every_time_is_a_failed_proposal_not_a_crash(db, problem)
 
 
 def test_429_waits_as_long_as_retry_after_says(db, problem):
-    with ScriptedLLMServer([Reply.error(429, "slow down", headers={"Retry-After": "0.4"}), Reply.code(SOURCE)]) as server:
+    script = [Reply.error(429, "slow down", headers={"Retry-After": "0.4"}), Reply.code(SOURCE)]
+    with ScriptedLLMServer(script) as server:
         [(cand, call, _)] = propose_and_store(db, problem, server)
         first, second = server.chat_requests()
     assert cand.source and call.attempts == 2
@@ -244,16 +244,18 @@ def test_no_endpoint_configured_is_a_usage_error(problem, monkeypatch):
 
 def test_some_requests_repair_recent_failures(db, problem):
     broken = SOURCE.replace("tl.exp(", "tl.expp(", 1)
-    failed_id = add_proposal(db, Proposal(source=broken, proposer="openai", language="triton"), run_id=None, round_index=0, problem=problem.name,
-                             problem_hash=problem.source_hash)
-    add_evaluation(db, failed_id, EvalResult(outcome="compile_error", message="AttributeError: module has no attribute 'expp'"))
+    failed_id = add_proposal(db, Proposal(source=broken, proposer="openai", language="triton"), run_id=None,
+                             round_index=0, problem=problem.name, problem_hash=problem.source_hash)
+    add_evaluation(db, failed_id, EvalResult(outcome="compile_error",
+                                             message="AttributeError: module has no attribute 'expp'"))
     history = build_history(db, problem)
     with ScriptedLLMServer(default=Reply.code(SOURCE)) as server:
         proposals = proposer_for(server, problem).propose(problem, history, 4, 0)
     repairs = [p for p in proposals if p.template == "repair"]
     assert len(repairs) == 1 and repairs[0].parent_ids == [failed_id]
     assert repairs[0].origin == f"repair of candidate #{failed_id} (compile_error)"
-    assert "has no attribute 'expp'" in repairs[0].prompt[1]["content"] and "tl.expp(" in repairs[0].prompt[1]["content"]
+    asked = repairs[0].prompt[1]["content"]
+    assert "has no attribute 'expp'" in asked and "tl.expp(" in asked
     assert sum(p.template == "propose" for p in proposals) == 3
 
 

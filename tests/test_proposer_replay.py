@@ -38,9 +38,9 @@ def logged(tmp_path, problem):
     run = _run(db, problem)
 
     def add(source, round_index, **kw):
-        fields = dict(proposer="openai", model="gpt-test", language="triton", prompt=[{"role": "user", "content": "go"}],
-                      response=f"reply for round {round_index}", template="propose", tokens_in=10, tokens_out=20,
-                      latency_s=1.5)
+        fields = dict(proposer="openai", model="gpt-test", language="triton",
+                      prompt=[{"role": "user", "content": "go"}], response=f"reply for round {round_index}",
+                      template="propose", tokens_in=10, tokens_out=20, latency_s=1.5)
         fields.update(kw)
         return add_proposal(db, Proposal(source=source, **fields), run_id=run, round_index=round_index,
                             problem=problem.name, problem_hash=problem.source_hash)

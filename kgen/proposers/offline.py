@@ -149,8 +149,9 @@ def find_tunables(source: str, exclude: frozenset[str] = frozenset()) -> list[Tu
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             target, value = node.target.id, node.value
         if target and isinstance(value, ast.Constant) and type(value.value) is int and value.lineno == value.end_lineno:
-            start = offsets[value.lineno - 1] + value.col_offset
-            named.setdefault(target, []).append((value.value, (start, offsets[value.lineno - 1] + value.end_col_offset)))
+            line_start = offsets[value.lineno - 1]
+            span = (line_start + value.col_offset, line_start + value.end_col_offset)
+            named.setdefault(target, []).append((value.value, span))
     strings = _string_spans(source)
     for regex in (_DEFINE, _CONSTEXPR):
         for m in regex.finditer(source):

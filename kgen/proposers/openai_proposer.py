@@ -193,7 +193,8 @@ class OpenAIProposer:
             raise self._auth_error(e) from e
         except openai.APIConnectionError as e:
             raise KgenError(f"cannot reach the OpenAI-compatible endpoint at {self.base_url}: "
-                            f"{self._connection_reason(e)} (is the server running? check OPENAI_BASE_URL / --base-url)") from e
+                            f"{self._connection_reason(e)} (is the server running? "
+                            "check OPENAI_BASE_URL / --base-url)") from e
         except (openai.APIError, ValueError, AttributeError, TypeError) as e:
             log.info("GET %s/models failed (%s); the first request will check the model", self.base_url,
                      _one_line(str(e)))
@@ -355,11 +356,16 @@ class OpenAIProposer:
         return [self._proposal(job, call, seen) for job, call in zip(jobs, calls)]
 
     def _guarded_complete(self, messages: list[dict[str, str]]) -> CallResult | KgenError:
+        """The request's result; a KgenError is returned (and stops the other requests) so the round
+        raises it once, and anything unforeseen becomes a failed proposal, never a crash."""
         try:
             return self.complete(messages)
         except KgenError as e:
             self._stop.set()
             return e
+        except Exception as e:  # noqa: BLE001 - one bad reply must not end the search
+            log.exception("request failed unexpectedly")
+            return CallResult(attempts=1, error=f"{type(e).__name__}: {_one_line(str(e))}")
 
     def _proposal(self, job: tuple[str, list[dict[str, str]], list[int], str], call: CallResult,
                   seen: set[str]) -> Proposal:
