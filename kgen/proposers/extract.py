@@ -30,27 +30,30 @@ def _clean_prose(text: str) -> str:
 
 
 def _idea(prose_before: str, all_prose: str) -> Optional[str]:
-    """An explicit `Idea: ...` line wins; else the last paragraph before the code; else the first one."""
-    m = _IDEA_LINE.search(all_prose)
-    if m and _clean_prose(m.group(1)):
-        return _clean_prose(m.group(1))[:IDEA_MAX_CHARS]
-    for prose in (prose_before, all_prose):
-        paragraphs = [_clean_prose(p) for p in re.split(r"\n\s*\n", prose)]
-        paragraphs = [p for p in paragraphs if p]
-        if paragraphs:
-            return (paragraphs[-1] if prose is prose_before else paragraphs[0])[:IDEA_MAX_CHARS]
-    return None
+    """The idea stated for the chosen code: its `Idea: ...` line (the last one before the code, else
+    any), else the last paragraph before the code, else the reply's first paragraph."""
+    lines = [_clean_prose(m.group(1)) for m in _IDEA_LINE.finditer(prose_before)]
+    lines = [line for line in lines if line] or [_clean_prose(m.group(1)) for m in _IDEA_LINE.finditer(all_prose)]
+    if any(lines):
+        return next(line for line in reversed(lines) if line)[:IDEA_MAX_CHARS]
+    before = [p for p in (_clean_prose(p) for p in re.split(r"\n\s*\n", prose_before)) if p]
+    if before:
+        return before[-1][:IDEA_MAX_CHARS]
+    anywhere = [p for p in (_clean_prose(p) for p in re.split(r"\n\s*\n", all_prose)) if p]
+    return anywhere[0][:IDEA_MAX_CHARS] if anywhere else None
 
 
 def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracted:
     """The candidate source and idea in `reply`; `source` is None (with `error` saying why) when the
     reply holds no block defining ModelNew. `truncated`: the server stopped at max tokens."""
     if not reply or not reply.strip():
-        return Extracted(None, None, "empty response")
+        return Extracted(None, None, "empty response" + (" (cut off at max_tokens)" if truncated else ""))
     text = _THINK.sub("", reply)
     blocks = list(_FENCE.finditer(text))
-    with_model = [b for b in blocks if _MODEL_NEW.search(b.group(3))]
-    if not with_model:
+    prose = "\n\n".join(text[a.end() if a else 0:b.start() if b else len(text)]
+                        for a, b in zip([None, *blocks], [*blocks, None]))
+    chosen = [i for i, b in enumerate(blocks) if _MODEL_NEW.search(b.group(3))]
+    if not chosen:
         if not blocks and _MODEL_NEW.search(text):
             try:  # a bare Python reply with no fences
                 ast.parse(text)
@@ -59,16 +62,10 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
                 pass
         what = "no code block" if not blocks else f"{len(blocks)} code block(s), none defining class ModelNew"
         hint = " (the reply was cut off at max_tokens)" if truncated else ""
-        return Extracted(None, _idea(text, text), f"the response held {what}{hint}")
-    block = with_model[-1]
-    source = block.group(3).rstrip() + "\n"
-    prose_parts, last = [], 0
-    for b in blocks:
-        prose_parts.append(text[last:b.start()])
-        last = b.end()
-    prose_parts.append(text[last:])
-    prose_before = text[blocks[blocks.index(block) - 1].end() if blocks.index(block) else 0:block.start()]
-    idea = _idea(prose_before, "\n\n".join(prose_parts))
+        return Extracted(None, _idea(text, prose), f"the response held {what}{hint}")
+    i = chosen[-1]
+    source = blocks[i].group(3).rstrip() + "\n"
+    idea = _idea(text[blocks[i - 1].end() if i else 0:blocks[i].start()], prose)
     if truncated:
         try:
             ast.parse(source)
