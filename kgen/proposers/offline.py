@@ -263,24 +263,28 @@ class OfflineProposer:
             rng = random.Random(f"kgen-offline:{self.seed}:{round_index}")
             proposals += self._children(parents, n - len(proposals), seen, rng)
         if len(proposals) < n:
-            log.info("offline proposer: %d of %d candidates this round; every other retuning of the best "
+            log.warning("offline proposer: %d of %d candidates this round; every other retuning of the best "
                      "candidates was already tried", len(proposals), n)
         return proposals
 
     def _parents(self, history: History) -> list[Parent]:
-        if history.best:
-            raw = [Parent(c.source, c.language, c.id, f"retuning of candidate #{c.id}") for c in history.best]
-        else:
-            raw = [Parent(s.source, s.language, None, f"retuning of {self._origin_of(s)}") for s in self.starters]
-        parents = []
-        for p in raw:
+        """The best candidates (of the language asked for) that have something to retune, fastest
+        first; the starters when there are none."""
+        best = [Parent(c.source, c.language, c.id, f"retuning of candidate #{c.id}") for c in history.best
+                if self.language in ("any", c.language)]
+        starters = [Parent(s.source, s.language, None, f"retuning of {self._origin_of(s)}") for s in self.starters]
+        return self._tunable(best) or self._tunable(starters)
+
+    def _tunable(self, parents: list[Parent]) -> list[Parent]:
+        kept = []
+        for parent in parents:
             try:
-                p.tunables = find_tunables(p.source, self.exclude)
+                parent.tunables = find_tunables(parent.source, self.exclude)
             except SyntaxError:
                 continue
-            if p.tunables:
-                parents.append(p)
-        return parents
+            if parent.tunables:
+                kept.append(parent)
+        return kept
 
     def _child(self, parent: Parent, changes: list[tuple[Tunable, int]], seen: set[str]) -> Optional[Proposal]:
         changes = sorted(changes, key=lambda change: change[0].sites[0])
