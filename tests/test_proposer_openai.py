@@ -266,3 +266,13 @@ def test_repairs_average_the_configured_fraction_over_rounds(problem):
     assert [proposer.repair_count(8, r, 5) for r in range(3)] == [2, 2, 2]
     assert proposer.repair_count(8, 0, 1) == 1  # never more than the failures there are to repair
     assert proposer.repair_count(8, 0, 0) == 0
+
+
+def test_a_user_template_with_an_undefined_variable_stops_before_any_request(tmp_path, problem, monkeypatch):
+    (tmp_path / "propose.j2").write_text("{% for c in best %}{{ c.speed }}{% endfor %}\n")
+    with ScriptedLLMServer() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
+        with pytest.raises(KgenError, match="propose.j2 line 1 uses undefined variable 'speed'"):
+            make_proposer("openai", problem=problem, model="test-model", base_url=server.base_url,
+                          prompts_dir=str(tmp_path))
+        assert server.requests == []

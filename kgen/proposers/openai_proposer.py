@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import openai
@@ -35,7 +35,7 @@ from kgen.problems import Problem
 from kgen.prompts import PromptRenderer, failure_view, prompt_context
 from kgen.proposers.extract import extract_candidate, guess_language
 from kgen.records import Proposal
-from kgen.store import normalized_source_hash
+from kgen.store import ScoredCandidate, normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.openai")
 
@@ -98,6 +98,14 @@ class _Reply:
     truncated: bool
     tokens_in: Optional[int]
     tokens_out: Optional[int]
+
+
+@dataclass
+class _Job:
+    template: str  # propose | repair
+    messages: list[dict[str, str]]
+    parent_ids: list[int]
+    origin: str
 
 
 @dataclass
@@ -182,9 +190,10 @@ class OpenAIProposer:
     # --- fail fast ---------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Reach the endpoint once (GET /models; a one-token chat only if the model is not listed)
+        """Render the templates, then reach the endpoint once (GET /models; a one-token chat only if the model is not listed)
         so that a bad key, an unknown model or an unreachable server stops here, in one line. A
         model left unset is the endpoint's only model, when it serves exactly one."""
+        self._check_templates()
         offered: Optional[list[str]] = None
         try:
             page = self.client.models.list(timeout=min(self.request_timeout_s, CHECK_TIMEOUT_S))
@@ -207,6 +216,19 @@ class OpenAIProposer:
                 raise KgenError(f"no model given: pass --model or set KGEN_MODEL{listed}")
         if offered and not ({self.model, f"{self.model}:latest"} & set(offered)):
             self._probe_model(offered)
+
+    def _check_templates(self) -> None:
+        """Render every template once, with a candidate and a failure in the history, so that a user
+        template's undefined variable stops the search before its first request."""
+        sample = ScoredCandidate(id=0, run_id=None, round=0, source="class ModelNew: ...", language="triton",
+                                 idea="an idea", proposer="openai", parent_ids=[], outcome="correct", message="",
+                                 runtime_ms=1.0, speedup_eager=1.0, speedup_compile=1.0, roofline_pct=50.0,
+                                 device="cpu", torch_ops=[])
+        failed = replace(sample, id=1, outcome="compile_error", message="error: ...", runtime_ms=None)
+        context = prompt_context(self.problem, History(best=[sample], failures=[failed],
+                                                       ideas_that_worked=["an idea"]), self.language)
+        self.renderer.messages("propose.j2", context)
+        self.renderer.messages("repair.j2", dict(context, failure=failure_view(failed)))
 
     def _probe_model(self, offered: list[str]) -> None:
         try:
@@ -333,17 +355,15 @@ class OpenAIProposer:
         context = prompt_context(problem, history, self.language, round_index)
         targets = [f for f in history.failures if f.id not in history.parent_ids]
         n_repair = self.repair_count(n, round_index, len(targets))
-        jobs: list[tuple[str, list[dict[str, str]], list[int], str]] = []
-        for failure in targets[:n_repair]:
-            messages = self.renderer.messages("repair.j2", dict(context, failure=failure_view(failure)))
-            jobs.append(("repair", messages, [failure.id], f"repair of candidate #{failure.id} ({failure.outcome})"))
+        jobs = [_Job("repair", self.renderer.messages("repair.j2", dict(context, failure=failure_view(f))), [f.id],
+                     f"repair of candidate #{f.id} ({f.outcome})") for f in targets[:n_repair]]
         if len(jobs) < n:
-            messages = self.renderer.messages("propose.j2", context)
-            parents = [c.id for c in history.best]
-            jobs += [("propose", messages, parents, f"openai proposal, round {round_index}")] * (n - len(jobs))
+            propose = _Job("propose", self.renderer.messages("propose.j2", context), [c.id for c in history.best],
+                           f"openai proposal, round {round_index}")
+            jobs += [propose] * (n - len(jobs))
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
-            futures = [pool.submit(self._guarded_complete, messages) for _, messages, _, _ in jobs]
+            futures = [pool.submit(self._guarded_complete, job.messages) for job in jobs]
             results = [f.result() for f in futures]
         fatal = next((r for r in results if isinstance(r, KgenError)), None)
         if fatal is not None:
@@ -367,11 +387,9 @@ class OpenAIProposer:
             log.exception("request failed unexpectedly")
             return CallResult(attempts=1, error=f"{type(e).__name__}: {_one_line(str(e))}")
 
-    def _proposal(self, job: tuple[str, list[dict[str, str]], list[int], str], call: CallResult,
-                  seen: set[str]) -> Proposal:
-        template, messages, parents, origin = job
-        proposal = Proposal(source=None, proposer=self.name, model=self.model, parent_ids=list(parents),
-                            origin=origin, prompt=messages, response=call.content, template=template,
+    def _proposal(self, job: _Job, call: CallResult, seen: set[str]) -> Proposal:
+        proposal = Proposal(source=None, proposer=self.name, model=self.model, parent_ids=list(job.parent_ids),
+                            origin=job.origin, prompt=job.messages, response=call.content, template=job.template,
                             tokens_in=call.tokens_in, tokens_out=call.tokens_out, latency_s=call.latency_s,
                             attempts=call.attempts, error=call.error)
         if call.error is not None:
