@@ -190,9 +190,10 @@ class OpenAIProposer:
     # --- fail fast ---------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Render the templates, then reach the endpoint once (GET /models; a one-token chat only if the model is not listed)
-        so that a bad key, an unknown model or an unreachable server stops here, in one line. A
-        model left unset is the endpoint's only model, when it serves exactly one."""
+        """Render the templates, then reach the endpoint once (GET /models; a one-token chat only if
+        the model is not listed), so that a bad template, a bad key, an unknown model or an
+        unreachable server stops here, in one line. A model left unset is the endpoint's only
+        model, when it serves exactly one."""
         self._check_templates()
         offered: Optional[list[str]] = None
         try:
