@@ -71,6 +71,62 @@ def problems_cmd(size: str = SizeOption) -> None:
                       f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s (measured)")
 
 
+@app.command("search")
+def search_cmd(
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="a bundled problem name or a KernelBench-format file"),
+    rounds: int = typer.Option(10, "--rounds", help="rounds of propose → evaluate"),
+    candidates: int = typer.Option(8, "--candidates", "-n", help="candidates proposed per round"),
+    proposer: Optional[str] = typer.Option(None, "--proposer", help="openai | offline | replay (default: openai when an endpoint is configured, else offline)"),
+    language: str = typer.Option("any", "--language", help="triton | cuda | any"),
+    size: Optional[str] = typer.Option(None, "--size", help="full | small (default: full with a GPU, small without)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join a Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one"),
+    db: Optional[str] = DbOption,
+    seed: int = typer.Option(0, "--seed"),
+    resume: Optional[int] = typer.Option(None, "--resume", help="continue run RUN_ID with its own settings"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="plain line-per-event logging instead of the live display"),
+    timeout: float = typer.Option(300.0, "--timeout", help="seconds one candidate's evaluation may take"),
+    model: Optional[str] = typer.Option(None, "--model", help="the LLM (openai proposer; default KGEN_MODEL)"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (default OPENAI_BASE_URL)"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="the environment variable holding the API key"),
+    prompts: Optional[str] = typer.Option(None, "--prompts", help="a folder of prompt templates to use instead of prompts/"),
+    replay_db: Optional[str] = typer.Option(None, "--from", help="replay proposer: the results DB to replay"),
+    replay_run: Optional[int] = typer.Option(None, "--run", help="replay proposer: the run in it to replay"),
+) -> None:
+    """Search for kernels faster than PyTorch: rounds of propose, compile, verify and time, on Ray."""
+    import signal
+    from pathlib import Path
+
+    from kgen.progress import fmt_duration, fmt_speedup, make_progress
+    from kgen.search import SearchConfig, run_search
+
+    if resume is None and problem is None:
+        raise KgenError("give --problem (or --resume RUN_ID)")
+    config = None if resume is not None else SearchConfig(
+        problem=problem, rounds=rounds, candidates=candidates, proposer=proposer, language=language, size=size,
+        seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env, prompts_dir=prompts,
+        replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
+        replay_run=replay_run)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
+    summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
+                         progress=make_progress(quiet, console))
+    console.print(f"run {summary.run_id} {summary.status}: {summary.problem}, {summary.rounds_done}/"
+                  f"{summary.rounds_planned} rounds, {summary.candidates} candidates, {summary.correct} correct, "
+                  f"{fmt_duration(summary.wall_s)}", highlight=False)
+    if summary.best_id is None:
+        console.print("no correct candidate yet", highlight=False)
+    elif summary.best_runtime_ms is None:
+        console.print(f"best: candidate {summary.best_id} (correct; untimed: no GPU)", highlight=False)
+    else:
+        roofline = f", {summary.best_roofline_pct:.0f}% of roofline" if summary.best_roofline_pct is not None else ""
+        console.print(f"best: candidate {summary.best_id}: {summary.best_runtime_ms:.4g} ms, "
+                      f"{fmt_speedup(summary.best_speedup_eager)} vs eager, "
+                      f"{fmt_speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}",
+                      highlight=False)
+    console.print(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out", highlight=False)
+    if summary.export_command:
+        console.print(f"export: {summary.export_command}", highlight=False, markup=False)
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

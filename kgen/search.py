@@ -1,0 +1,327 @@
+"""The search: rounds of propose → compile → time → store, each round's proposer seeing what the
+earlier rounds found.
+
+    history   = build_history(db, problem, run)         # best candidates (diverse), recent failures
+    proposals = proposer.propose(problem, history, N, k)
+    stored    = store.add_proposal(...) for each         # before evaluation: a kill loses nothing
+    for each result as it finishes (workers.Stages):     # compile on CPUs, time one per GPU
+        store.add_evaluation(...)                        # committed at once
+    run.rounds_done = k + 1
+
+A run's configuration lives in its row (`runs.settings`), so `--resume RUN_ID` goes on with the
+same problem, size, seed and proposer, evaluating first the candidates the killed round had stored
+but not evaluated, and never evaluating a stored result twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
+
+from sqlalchemy import func, select
+
+from kgen import store
+from kgen.db import Candidate, Database, LLMCall, Run, open_db
+from kgen.errors import KgenError
+from kgen.problems import Problem, load_problem
+from kgen.progress import SearchProgress
+from kgen.records import EvalSettings
+
+NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter (CUDA sources are only compiled); no timings "
+               "are measured, and candidates are ranked by correctness only.")
+
+
+@dataclass
+class SearchConfig:
+    """Everything that defines a search; stored in the run's row, so a resumed run is the same search."""
+
+    problem: str
+    rounds: int = 10
+    candidates: int = 8
+    proposer: Optional[str] = None  # None: proposers.default_proposer_kind()
+    language: str = "any"
+    size: Optional[str] = None  # None: full with a GPU, small without
+    seed: int = 0
+    timeout_s: float = 300.0
+    model: Optional[str] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    prompts_dir: Optional[str] = None
+    replay_db: Optional[str] = None
+    replay_run: Optional[int] = None
+    proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "SearchConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in settings.items() if k in known})
+
+
+@dataclass
+class SearchSummary:
+    """How a search ended, and its best candidate."""
+
+    run_id: int
+    status: str
+    problem: str
+    device: str
+    rounds_done: int
+    rounds_planned: int
+    candidates: int
+    correct: int
+    best_id: Optional[int] = None
+    best_runtime_ms: Optional[float] = None
+    best_speedup_eager: Optional[float] = None
+    best_speedup_compile: Optional[float] = None
+    best_roofline_pct: Optional[float] = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    wall_s: float = 0.0
+    timed: bool = True
+
+    @property
+    def export_command(self) -> Optional[str]:
+        if self.best_id is None:
+            return None
+        return f"kgen export {self.best_id} -o {self.problem}_kernel.py"
+
+
+def validate(config: SearchConfig) -> None:
+    """Bad configuration is a one-line KgenError, raised before any cluster or run exists."""
+    from kgen.proposers import LANGUAGE_CHOICES, PROPOSER_KINDS
+
+    if config.rounds < 1:
+        raise KgenError(f"--rounds must be at least 1 (got {config.rounds})")
+    if config.candidates < 1:
+        raise KgenError(f"--candidates must be at least 1 (got {config.candidates})")
+    if config.timeout_s <= 0:
+        raise KgenError(f"--timeout must be positive (got {config.timeout_s})")
+    if config.proposer not in PROPOSER_KINDS:
+        raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
+    if config.language not in LANGUAGE_CHOICES:
+        raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
+
+
+def resolve_defaults(config: SearchConfig) -> SearchConfig:
+    """Fill the defaults that depend on this machine and its environment."""
+    import torch
+
+    from kgen.proposers import default_proposer_kind
+
+    if config.proposer is None:
+        config.proposer = default_proposer_kind()
+    if config.size is None:
+        config.size = "full" if torch.cuda.is_available() else "small"
+    return config
+
+
+def _check(config: Optional[SearchConfig]) -> Problem:
+    if config is None:
+        raise KgenError("nothing to search: give a problem, or a run to resume")
+    validate(resolve_defaults(config))
+    return load_problem(config.problem, config.size)
+
+
+def make_proposer(config: SearchConfig, problem: Problem):
+    from kgen import proposers
+
+    options = dict(config.proposer_options)
+    for name in ("model", "base_url", "api_key_env", "replay_run"):
+        if getattr(config, name) is not None:
+            options[name] = getattr(config, name)
+    if config.prompts_dir is not None:
+        options["prompts_dir"] = config.prompts_dir
+    if config.replay_db is not None:
+        options["replay_db"] = config.replay_db
+    return proposers.make_proposer(config.proposer, problem=problem, language=config.language, seed=config.seed,
+                                   **options)
+
+
+def load_run(db: Database, run_id: int) -> tuple[SearchConfig, Run]:
+    """The configuration of a run to resume, or a one-line KgenError saying why it cannot be."""
+    with db.reader() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise KgenError(f"no run {run_id} in {db.url}")
+        if run.status == "finished":
+            raise KgenError(f"run {run_id} is already finished ({run.rounds_done} of {run.rounds_planned} rounds)")
+        s.expunge(run)
+    config = SearchConfig.from_settings(dict(run.settings or {}))
+    if not config.problem:
+        raise KgenError(f"run {run_id} holds no search settings to resume from")
+    return config, run
+
+
+def _round_candidates(db: Database, run_id: int, round_index: int) -> list[tuple[int, str]]:
+    with db.reader() as s:
+        rows = s.execute(select(Candidate.id, Candidate.source).where(
+            Candidate.run_id == run_id, Candidate.round == round_index).order_by(Candidate.id))
+        return [(cid, source) for cid, source in rows]
+
+
+def _tokens(db: Database, run_id: int) -> tuple[int, int]:
+    with db.reader() as s:
+        tokens_in, tokens_out = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
+                                                 func.coalesce(func.sum(LLMCall.tokens_out), 0))
+                                          .where(LLMCall.run_id == run_id)).one()
+    return int(tokens_in), int(tokens_out)
+
+
+class Search:
+    """One search on one cluster: the loop over rounds, storing every result as it arrives."""
+
+    def __init__(self, db: Database, config: SearchConfig, problem: Problem, proposer, progress: SearchProgress,
+                 run_id: Optional[int] = None):
+        self.db = db
+        self.config = config
+        self.problem = problem
+        self.proposer = proposer
+        self.progress = progress
+        self.run_id = run_id
+        self.started = time.monotonic()
+
+    def _settings(self, device: str) -> EvalSettings:
+        from kgen.baselines import get_baselines
+        from kgen.roofline import compute_roofline, device_ceilings
+
+        settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
+                                timeout_s=self.config.timeout_s)
+        if settings.device == "cpu":
+            return settings
+        self.progress.note("timing the baselines (eager, torch.compile) and the roofline ceilings ...")
+        baselines = get_baselines(self.db, self.problem, device)
+        if baselines is not None:
+            settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
+        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings())
+        return settings
+
+    def run(self, cluster) -> SearchSummary:
+        from kgen.history import build_history
+        from kgen.workers import Job, Stages
+
+        config, problem = self.config, self.problem
+        stages = Stages(cluster, str(problem.path), problem.size)
+        device = stages.device_name()
+        settings = self._settings(device)
+        resumed = self.run_id is not None
+        if self.run_id is None:
+            self.run_id = store.create_run(
+                self.db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
+                size=problem.size, proposer=config.proposer, model=getattr(self.proposer, "model", None),
+                language=config.language, seed=config.seed, rounds=config.rounds,
+                candidates_per_round=config.candidates, settings=asdict(config), device=device)
+        with self.db.reader() as s:
+            rounds_done = s.get(Run, self.run_id).rounds_done
+        if resumed:
+            store.set_run_status(self.db, self.run_id, "running")
+        self.progress.start(run_id=self.run_id, problem=problem.name, size=problem.size, device=device,
+                            proposer=config.proposer, rounds_total=config.rounds, rounds_done=rounds_done,
+                            evaluators=stages.evaluator_count, resumed=resumed)
+        self._seed_counts()
+        if device == "cpu":
+            self.progress.note(NO_GPU_NOTE)
+
+        for round_index in range(rounds_done, config.rounds):
+            self.progress.round_started(round_index)
+            stored = _round_candidates(self.db, self.run_id, round_index)
+            if stored:  # a killed round: its proposals are stored; evaluate those not yet evaluated
+                evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
+                jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
+                self.progress.resumed_round(len(stored), len(jobs))
+            else:
+                history = build_history(self.db, problem, run_id=self.run_id, device=device)
+                proposals = self.proposer.propose(problem, history, config.candidates, round_index)
+                if not proposals:
+                    self.progress.note(f"the {config.proposer} proposer has nothing more to propose; stopping")
+                    break
+                jobs = []
+                for proposal in proposals:
+                    cid = store.add_proposal(self.db, proposal, run_id=self.run_id, round_index=round_index,
+                                             problem=problem.name, problem_hash=problem.source_hash)
+                    if proposal.source:
+                        jobs.append(Job(cid, proposal.source))
+                self.progress.proposed(len(proposals), len(proposals) - len(jobs))
+            timing: set[int] = set()
+            for event in stages.run(jobs, settings):
+                if event.kind == "compiling":
+                    self.progress.compiling(event.candidate_id)
+                elif event.kind == "timing":
+                    timing.add(event.candidate_id)
+                    self.progress.timing(event.candidate_id)
+                else:
+                    store.add_evaluation(self.db, event.candidate_id, event.result)
+                    self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
+            store.set_run_status(self.db, self.run_id, "running", rounds_done=round_index + 1)
+            self.progress.round_finished(round_index)
+        store.set_run_status(self.db, self.run_id, "finished")
+        return self.summary("finished", timed=device != "cpu")
+
+    def _seed_counts(self) -> None:
+        """On resume, the best so far includes what earlier sessions of this run found."""
+        for c in reversed(store.correct_candidates(self.db, run_id=self.run_id)):
+            self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile)
+
+    def summary(self, status: str, timed: bool = True) -> SearchSummary:
+        with self.db.reader() as s:
+            run = s.get(Run, self.run_id)
+            rounds_done, rounds_planned, device = run.rounds_done, run.rounds_planned, run.device or "-"
+            candidates = s.scalar(select(func.count()).select_from(Candidate).where(Candidate.run_id == self.run_id))
+        correct = store.correct_candidates(self.db, run_id=self.run_id)
+        tokens_in, tokens_out = _tokens(self.db, self.run_id)
+        summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=device,
+                                rounds_done=rounds_done, rounds_planned=rounds_planned, candidates=candidates or 0,
+                                correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
+                                wall_s=time.monotonic() - self.started, timed=timed)
+        if correct:  # fastest first; untimed (no GPU): the first found
+            best = correct[0]
+            summary.best_id = best.id
+            summary.best_runtime_ms = best.runtime_ms
+            summary.best_speedup_eager = best.speedup_eager
+            summary.best_speedup_compile = best.speedup_compile
+            summary.best_roofline_pct = best.roofline_pct
+        return summary
+
+
+def run_search(db: Database | str | None, config: Optional[SearchConfig] = None, *,
+               resume_run_id: Optional[int] = None, ray_address: Optional[str] = None,
+               progress: Optional[SearchProgress] = None) -> SearchSummary:
+    """Run (or resume) a search to its end. `db`: an open Database, or a URL/path opened once the
+    configuration has been checked (bad input creates no file). Ctrl-C marks the run interrupted and
+    re-raises KeyboardInterrupt; any other failure marks it failed and re-raises."""
+    if not isinstance(db, Database):
+        if resume_run_id is None:
+            _check(config)
+        database = open_db(db, create=resume_run_id is None)
+        try:
+            return run_search(database, config, resume_run_id=resume_run_id, ray_address=ray_address,
+                              progress=progress)
+        finally:
+            database.close()
+
+    from kgen import workers
+
+    run_id = None
+    if resume_run_id is not None:
+        config, run = load_run(db, resume_run_id)
+        run_id = run.id
+    problem = _check(config)
+    if resume_run_id is not None and problem.source_hash != run.problem_hash:
+        raise KgenError(f"the problem file {problem.path} changed since run {run_id} started; start a new run")
+    proposer = make_proposer(config, problem)
+    progress = progress or SearchProgress()
+    search = Search(db, config, problem, proposer, progress, run_id=run_id)
+    try:
+        cluster = workers.connect(ray_address)
+        return search.run(cluster)
+    except BaseException as e:
+        if search.run_id is not None:
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            store.set_run_status(search.db, search.run_id, status)
+            if isinstance(e, KeyboardInterrupt):
+                progress.note(f"interrupted: run {search.run_id} marked interrupted; "
+                              f"`kgen search --resume {search.run_id}` continues it")
+        raise
+    finally:
+        progress.close()
+        workers.shutdown()

@@ -1,0 +1,234 @@
+"""Ray: the cluster a search runs on, and its two evaluation stages.
+
+- Compile stage: `compile_candidate` tasks (one CPU each, as many at once as the cluster has CPUs)
+  run the evaluator's static checks and build CUDA sources into the shared build cache.
+- Timing stage: `Evaluator` actors, one per GPU (`num_gpus=1`), each evaluating one candidate at a
+  time (in its own process, as `evaluate_candidate` does), so timings never share a GPU. Without a
+  GPU, CPU evaluation actors do the same under Triton's interpreter and claim no times.
+
+`connect(None)` starts a local cluster sized to this machine; `connect("auto")` or
+`connect("ray://host:port")` joins a running one. Workers load the problem from its path, not from a
+pickled module, and import kgen from their own Python: on a local cluster that is this checkout. To
+run on a remote cluster, install kgen on its nodes (or start the driver with a runtime_env giving
+`working_dir`/`py_modules`), and give problem files by a path the nodes can read.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+from urllib.parse import urlsplit
+
+from kgen.errors import KgenError
+from kgen.records import EvalResult, EvalSettings
+
+# A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
+# candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
+ACTOR_GRACE_S = 120.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster this search runs on."""
+
+    address: Optional[str]  # None: a local cluster started here
+    num_cpus: int
+    num_gpus: int
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast with one line: Ray itself waits a long time on an address nobody listens at."""
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme not in ("tcp", "ray") or not parts.hostname:
+        raise KgenError(f"bad --ray-address '{address}' (use auto, HOST:PORT or ray://HOST:PORT)")
+    try:
+        port = parts.port or (10001 if parts.scheme == "ray" else 6379)
+    except ValueError:
+        raise KgenError(f"bad --ray-address '{address}': the port is not a number") from None
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise KgenError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def connect(address: Optional[str] = None) -> Cluster:
+    """Start a local Ray cluster (address None) or join one ('auto', 'HOST:PORT', 'ray://HOST:PORT')."""
+    import ray
+
+    if address:
+        _check_reachable(address)
+    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False, ignore_reinit_error=True)
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(**kwargs)
+    except (ConnectionError, TimeoutError, ValueError) as e:
+        raise KgenError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+    resources = ray.cluster_resources()
+    return Cluster(address=address, num_cpus=max(1, int(resources.get("CPU", 1))),
+                   num_gpus=int(resources.get("GPU", 0)))
+
+
+def shutdown() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@functools.lru_cache(maxsize=4)
+def _load(problem_path: str, size: str):
+    from kgen.problems import load_problem
+
+    return load_problem(problem_path, size)
+
+
+def _compile(problem_path: str, size: str, source: str, settings: EvalSettings) -> Optional[EvalResult]:
+    from kgen.evaluate import prebuild
+
+    return prebuild(_load(problem_path, size), source, settings)
+
+
+class _Evaluator:
+    """Owns one GPU (or, without GPUs, one CPU) and evaluates one candidate at a time on it."""
+
+    def __init__(self, problem_path: str, size: str):
+        self.problem_path = problem_path
+        self.size = size
+        _load(problem_path, size)
+
+    def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
+        from kgen.evaluate import evaluate_candidate
+
+        return evaluate_candidate(_load(self.problem_path, self.size), source, settings)
+
+    def device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored candidate waiting for its evaluation."""
+
+    candidate_id: int
+    source: str
+
+
+@dataclass(frozen=True)
+class StageEvent:
+    """A candidate entering a stage ('compiling', 'timing') or leaving the last one ('done', with its result)."""
+
+    kind: str
+    candidate_id: int
+    result: Optional[EvalResult] = None
+
+
+def _worker_died(message: str, settings: EvalSettings) -> EvalResult:
+    return EvalResult(outcome="runtime_error", message=message, device=settings.device, size=settings.size)
+
+
+class Stages:
+    """The compile and timing stages on a cluster. `run(jobs)` yields each candidate's events as they
+    happen, results in the order they finish, so a slow candidate never holds up the others."""
+
+    def __init__(self, cluster: Cluster, problem_path: str, size: str):
+        import ray
+
+        self.problem_path = problem_path
+        self.size = size
+        self._compile_task = ray.remote(num_cpus=1, max_retries=0)(_compile)
+        actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
+        if cluster.num_gpus > 0:
+            options = [dict(num_gpus=1, num_cpus=1)] * cluster.num_gpus
+        else:
+            options = [dict(num_cpus=1)] * max(1, cluster.num_cpus - 1)
+        self.actors = [actor_class.options(**o).remote(problem_path, size) for o in options]
+
+    def device_name(self) -> str:
+        """The evaluators' device as evaluations record it: the GPU's name, or 'cpu'."""
+        import ray
+
+        return ray.get(self.actors[0].device_name.remote())
+
+    @property
+    def evaluator_count(self) -> int:
+        return len(self.actors)
+
+    def _failed_remotely(self, error: Exception, stage: str, settings: EvalSettings) -> EvalResult:
+        """A worker that died (the candidate killed it, its node went away) costs the candidate a
+        runtime_error, not the search; an exception raised by kgen's own code is a bug and propagates."""
+        from ray.exceptions import RayTaskError
+
+        if isinstance(error, RayTaskError):
+            if isinstance(error.cause, KeyboardInterrupt):  # Ctrl-C reached the workers too
+                raise KeyboardInterrupt from None
+            raise error
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return _worker_died(f"the {stage} worker died while running this candidate ({type(error).__name__}: "
+                            f"{reason[:300]}); it was restarted and the search went on", settings)
+
+    def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
+        import ray
+        from ray.exceptions import RayError
+
+        limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
+        compiling: dict = {}
+        for job in jobs:
+            ref = self._compile_task.remote(self.problem_path, self.size, job.source, settings)
+            compiling[ref] = job
+            yield StageEvent("compiling", job.candidate_id)
+        ready: deque[Job] = deque()
+        timing: dict = {}  # ref -> (job, actor index, started)
+        free = list(range(len(self.actors)))
+        try:
+            while compiling or ready or timing:
+                while free and ready:
+                    job, index = ready.popleft(), free.pop(0)
+                    ref = self.actors[index].evaluate.remote(job.source, settings)
+                    timing[ref] = (job, index, time.monotonic())
+                    yield StageEvent("timing", job.candidate_id)
+                done, _ = ray.wait(list(compiling) + list(timing), num_returns=1, timeout=1.0)
+                for ref in done:
+                    if ref in compiling:
+                        job = compiling.pop(ref)
+                        try:
+                            failure = ray.get(ref)
+                        except RayError as e:
+                            failure = self._failed_remotely(e, "compile", settings)
+                        if failure is not None:
+                            yield StageEvent("done", job.candidate_id, failure)
+                        else:
+                            ready.append(job)
+                    else:
+                        job, index, _ = timing.pop(ref)
+                        free.append(index)
+                        try:
+                            result = ray.get(ref)
+                        except RayError as e:
+                            result = self._failed_remotely(e, "evaluation", settings)
+                        yield StageEvent("done", job.candidate_id, result)
+                now = time.monotonic()
+                for ref, (job, index, started) in list(timing.items()):
+                    if now - started > limit_s:
+                        del timing[ref]
+                        ray.kill(self.actors[index], no_restart=False)
+                        free.append(index)
+                        yield StageEvent("done", job.candidate_id, replace(
+                            _worker_died("", settings), outcome="timeout",
+                            message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
+                                    "killed and restarted"))
+        finally:
+            for ref in compiling:
+                ray.cancel(ref, force=True)
+            for ref in timing:  # actor tasks cannot be force-cancelled; shutdown ends them
+                ray.cancel(ref)
