@@ -20,10 +20,9 @@ SM_BASIC = os.path.join(ROOT, "problems/starters/softmax/cuda_cluster_single_pas
 LN_BASIC = os.path.join(ROOT, "problems/starters/layernorm/cuda_persistent_smem.py")
 QUICK = "--quick" in sys.argv
 
-SM_VARIANTS = [{}, {"CLUSTER": 2}, {"CLUSTER": 8}, {"THREADS": 256}, {"CLUSTER": 8, "THREADS": 256}, {"CLUSTER": 1},
-               {"COPY_CHUNK_KB": 32}]
-LN_VARIANTS = [{}, {"REGV": 2}, {"THREADS": 256}, {"WB_EVICT_LAST": 0}, {"UNROLL": 4}, {"REGV": 0}, {"UNROLL": 1},
-               {"REGV": 1, "THREADS": 256}]
+SM_VARIANTS = [{}, {"THREADS": 128}, {"THREADS": 512}, {"CLUSTER": 2, "THREADS": 512}, {"CLUSTER": 8}]
+LN_VARIANTS = [{}, {"PAIR": 0}, {"UNROLL": 1}, {"REGV": 4, "UNROLL": 1}, {"WB_EVICT_LAST": 1}, {"THREADS": 256, "REGV": 4},
+               {"REGV": 0}, {"PAIR": 0, "REGV": 4}]
 if QUICK:
     SM_VARIANTS, LN_VARIANTS = SM_VARIANTS[:1], LN_VARIANTS[:1]
 

@@ -35,6 +35,7 @@ KGEN_TUNABLE = {
     "REGV": [0, 1, 2, 4],
     "UNROLL": [1, 2, 4],
     "WB_EVICT_LAST": [0, 1],
+    "PAIR": [0, 1],                 # 1: normalize two rows per weight/bias read
 }
 
 CUDA_SRC = r"""
@@ -50,9 +51,10 @@ CUDA_SRC = r"""
 #include <math.h>
 
 #define THREADS 512
-#define REGV 4
+#define REGV 2
 #define UNROLL 2
-#define WB_EVICT_LAST 1
+#define WB_EVICT_LAST 0
+#define PAIR 1
 #define FB_THREADS 256
 #define FB_ITEMS 8
 #define MAX_PERSISTENT_ROWS 4096
@@ -120,7 +122,7 @@ struct LNParams {
 struct LNShared {
     double red_d[32];
     float red_f[32];
-    float stat[2];             // mean, rstd of the current row
+    float stat[4];             // (mean, rstd) of the current row(s): slot 0, slot 1
 };
 
 // ------------------------------------------------------------------ persistent kernel pieces
@@ -170,7 +172,7 @@ __device__ __forceinline__ void slice_partial(const LNParams& p, int r, int cnt4
 }
 
 // wait until every block has published row r, then combine -> sh.stat (mean, rstd)
-__device__ __forceinline__ void row_stats(const LNParams& p, int r, LNShared& sh) {
+__device__ __forceinline__ void row_stats(const LNParams& p, int r, LNShared& sh, int slot = 0) {
     __syncthreads();                       // everyone has read the previous row's sh.stat
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
@@ -197,8 +199,8 @@ __device__ __forceinline__ void row_stats(const LNParams& p, int r, LNShared& sh
         }
         if (lane == 0) {
             const double var = n > 0.0 ? m2 / n : 0.0;
-            sh.stat[0] = (float)mean;
-            sh.stat[1] = (float)(1.0 / sqrt(var + (double)p.eps));
+            sh.stat[2 * slot] = (float)mean;
+            sh.stat[2 * slot + 1] = (float)(1.0 / sqrt(var + (double)p.eps));
         }
     }
     __syncthreads();
@@ -262,6 +264,70 @@ __device__ __forceinline__ void ln_step(const LNParams& p, int r, int64_t start4
     if (has_next) slice_partial(p, r + NB, cnt4, R, sb, sh);
 }
 
+// two rows at once (both buffers): weight/bias are read ONCE per row pair (they do not stay in L2: 33.5 MB,
+// partly duplicated across the two L2 halves, does not fit next to the x/y stream).  Refills both buffers with
+// rows r+2, r+3 and publishes their partials; the grid barrier of r+2 is then met right away (exposed once per pair).
+__device__ __forceinline__ float4 norm4(float4 v, float mean, float rstd) {
+    return make_float4((v.x - mean) * rstd, (v.y - mean) * rstd, (v.z - mean) * rstd, (v.w - mean) * rstd);
+}
+__device__ __forceinline__ float4 affine_wb(float4 o, const float4* w, const float4* b, float4 g, float4 h) {
+    if (w != nullptr) { o.x *= g.x; o.y *= g.y; o.z *= g.z; o.w *= g.w; }
+    if (b != nullptr) { o.x += h.x; o.y += h.y; o.z += h.z; o.w += h.w; }
+    return o;
+}
+__device__ __forceinline__ void ln_pair_step(const LNParams& p, int r, int64_t start4, int cnt4,
+                                             float4 (&R0)[REGV_ALLOC], float4* sb0,
+                                             float4 (&R1)[REGV_ALLOC], float4* sb1, LNShared& sh) {
+    row_stats(p, r, sh, 0);
+    row_stats(p, r + 1, sh, 1);
+    const float mean0 = sh.stat[0], rstd0 = sh.stat[1], mean1 = sh.stat[2], rstd1 = sh.stat[3];
+    const int tid = threadIdx.x;
+    const bool nx0 = r + 2 < p.rows, nx1 = r + 3 < p.rows;
+    float4* y0 = p.y + (int64_t)r * p.N4 + start4;
+    float4* y1 = y0 + p.N4;
+    const float4* x2 = p.x + (int64_t)(r + 2) * p.N4 + start4;
+    const float4* x3 = x2 + p.N4;
+    const float4* w = p.w ? p.w + start4 : nullptr;
+    const float4* b = p.b ? p.b + start4 : nullptr;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    #pragma unroll
+    for (int i = 0; i < REGV; ++i) {
+        const int j = i * THREADS + tid;
+        if (j < cnt4) {
+            const float4 g = w ? ld_keep(w + j) : zero, h = b ? ld_keep(b + j) : zero;
+            st_stream(y0 + j, affine_wb(norm4(R0[i], mean0, rstd0), w, b, g, h));
+            st_stream(y1 + j, affine_wb(norm4(R1[i], mean1, rstd1), w, b, g, h));
+            if (nx0) R0[i] = ld_stream(x2 + j);
+            if (nx1) R1[i] = ld_stream(x3 + j);
+        }
+    }
+    for (int j0 = REGV * THREADS + tid; j0 < cnt4; j0 += THREADS * UNROLL) {
+        float4 t0[UNROLL], t1[UNROLL], g[UNROLL], h[UNROLL];
+        #pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int j = j0 + u * THREADS;
+            if (j < cnt4) {
+                g[u] = w ? ld_keep(w + j) : zero; h[u] = b ? ld_keep(b + j) : zero;
+                if (nx0) t0[u] = ld_stream(x2 + j);
+                if (nx1) t1[u] = ld_stream(x3 + j);
+            }
+        }
+        #pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int j = j0 + u * THREADS;
+            if (j < cnt4) {
+                const int k = j - REGV * THREADS;
+                st_stream(y0 + j, affine_wb(norm4(sb0[k], mean0, rstd0), w, b, g[u], h[u]));
+                st_stream(y1 + j, affine_wb(norm4(sb1[k], mean1, rstd1), w, b, g[u], h[u]));
+                if (nx0) sb0[k] = t0[u];
+                if (nx1) sb1[k] = t1[u];
+            }
+        }
+    }
+    if (nx0) slice_partial(p, r + 2, cnt4, R0, sb0, sh);
+    if (nx1) slice_partial(p, r + 3, cnt4, R1, sb1, sh);
+}
+
 template <int NB>
 __global__ void __launch_bounds__(THREADS, 1)
 layernorm_persistent_kernel(LNParams p) {
@@ -276,6 +342,16 @@ layernorm_persistent_kernel(LNParams p) {
     #pragma unroll
     for (int i = 0; i < REGV_ALLOC; ++i) { R0[i] = make_float4(0.f, 0.f, 0.f, 0.f); R1[i] = R0[i]; }
 
+    if (NB == 2 && PAIR) {
+        slice_load(p, 0, start4, cnt4, R0, sb0);
+        if (p.rows > 1) slice_load(p, 1, start4, cnt4, R1, sb1);
+        slice_partial(p, 0, cnt4, R0, sb0, sh);
+        if (p.rows > 1) slice_partial(p, 1, cnt4, R1, sb1, sh);
+        int r = 0;
+        for (; r + 1 < p.rows; r += 2) ln_pair_step(p, r, start4, cnt4, R0, sb0, R1, sb1, sh);
+        if (r < p.rows) ln_step<2>(p, r, start4, cnt4, R0, sb0, sh);   // odd row count: last row sits in buffer 0
+        return;
+    }
     slice_load(p, 0, start4, cnt4, R0, sb0);
     slice_partial(p, 0, cnt4, R0, sb0, sh);
     if (NB == 2 && p.rows > 1) {

@@ -47,7 +47,7 @@ CUDA_SRC = r"""
 namespace cg = cooperative_groups;
 
 #define CLUSTER 4
-#define THREADS 512
+#define THREADS 256
 #define FB_THREADS 512
 #define COPY_CHUNK_KB 16
 
