@@ -96,7 +96,7 @@ def search_cmd(
     import signal
     from pathlib import Path
 
-    from kgen.progress import fmt_duration, fmt_speedup, make_progress
+    from kgen.progress import make_progress, summary_lines
     from kgen.search import SearchConfig, run_search
 
     if resume is None and problem is None:
@@ -107,24 +107,14 @@ def search_cmd(
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
         replay_run=replay_run)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
-    summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
-                         progress=make_progress(quiet, console))
-    console.print(f"run {summary.run_id} {summary.status}: {summary.problem}, {summary.rounds_done}/"
-                  f"{summary.rounds_planned} rounds, {summary.candidates} candidates, {summary.correct} correct, "
-                  f"{fmt_duration(summary.wall_s)}", highlight=False)
-    if summary.best_id is None:
-        console.print("no correct candidate yet", highlight=False)
-    elif summary.best_runtime_ms is None:
-        console.print(f"best: candidate {summary.best_id} (correct; untimed: no GPU)", highlight=False)
-    else:
-        roofline = f", {summary.best_roofline_pct:.0f}% of roofline" if summary.best_roofline_pct is not None else ""
-        console.print(f"best: candidate {summary.best_id}: {summary.best_runtime_ms:.4g} ms, "
-                      f"{fmt_speedup(summary.best_speedup_eager)} vs eager, "
-                      f"{fmt_speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}",
-                      highlight=False)
-    console.print(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out", highlight=False)
-    if summary.export_command:
-        console.print(f"export: {summary.export_command}", highlight=False, markup=False)
+    try:
+        summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
+                             progress=make_progress(quiet, console))
+    except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
+        print("kgen: interrupted", file=sys.stderr)
+        sys.exit(130)
+    for line in summary_lines(summary):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def main() -> None:

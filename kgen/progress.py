@@ -100,11 +100,12 @@ class SearchProgress:
     """Plain progress: one line per event, with the time since the search started."""
 
     def __init__(self, console: Optional[Console] = None):
-        self.console = console or Console(highlight=False, soft_wrap=True)
+        self.console = console or Console(highlight=False)
         self.counts = SearchCounts()
 
     def _line(self, text: str) -> None:
-        self.console.print(f"[{fmt_duration(self.counts.elapsed_s)}] {text}", markup=False, highlight=False)
+        self.console.print(f"[{fmt_duration(self.counts.elapsed_s)}] {text}", markup=False, highlight=False,
+                           soft_wrap=True)
 
     def note(self, text: str) -> None:
         self._line(text)
@@ -212,6 +213,26 @@ def describe(result: EvalResult) -> str:
         return "correct: " + ", ".join(parts)
     reason = (result.message or "").strip().splitlines()
     return f"{result.outcome}" + (f": {reason[0][:160]}" if reason else "")
+
+
+def summary_lines(summary) -> list[str]:
+    """The end of a search in a few lines: the run, its best candidate, tokens, how to export it."""
+    lines = [f"run {summary.run_id} {summary.status}: {summary.problem}, {summary.rounds_done}/"
+             f"{summary.rounds_planned} rounds, {summary.candidates} candidates, {summary.correct} correct, "
+             f"{fmt_duration(summary.wall_s)}"]
+    if summary.best_id is None:
+        lines.append("best: no correct candidate yet")
+    elif summary.best_runtime_ms is None:
+        lines.append(f"best: candidate {summary.best_id} (correct; untimed: no GPU, so no speedups or roofline %)")
+    else:
+        roofline = f", {summary.best_roofline_pct:.0f}% of roofline" if summary.best_roofline_pct is not None else ""
+        lines.append(f"best: candidate {summary.best_id}: {summary.best_runtime_ms:.4g} ms, "
+                     f"{fmt_speedup(summary.best_speedup_eager)} vs eager, "
+                     f"{fmt_speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}")
+    lines.append(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out")
+    if summary.export_command:
+        lines.append(f"export: {summary.export_command}")
+    return lines
 
 
 def make_progress(quiet: bool, console: Optional[Console] = None) -> SearchProgress:

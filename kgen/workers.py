@@ -16,6 +16,7 @@ run on a remote cluster, install kgen on its nodes (or start the driver with a r
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import time
 from collections import deque
@@ -64,7 +65,7 @@ def connect(address: Optional[str] = None) -> Cluster:
 
     if address:
         _check_reachable(address)
-    kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False, ignore_reinit_error=True)
+    kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, ignore_reinit_error=True)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -138,8 +139,11 @@ def _worker_died(message: str, settings: EvalSettings) -> EvalResult:
 
 
 class Stages:
-    """The compile and timing stages on a cluster. `run(jobs)` yields each candidate's events as they
-    happen, results in the order they finish, so a slow candidate never holds up the others."""
+    """The compile and timing stages on a cluster. `run(jobs, settings)` yields each candidate's events
+    as they happen, results in the order they finish, so a slow candidate never holds up the others.
+
+    An evaluator whose worker died is restarted by Ray; it gets no new candidate until it answers a
+    ping again (a task sent to a restarting actor would fail, and the candidate with it)."""
 
     def __init__(self, cluster: Cluster, problem_path: str, size: str):
         import ray
@@ -147,12 +151,24 @@ class Stages:
         self.problem_path = problem_path
         self.size = size
         self._compile_task = ray.remote(num_cpus=1, max_retries=0)(_compile)
-        actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
+        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
         if cluster.num_gpus > 0:
-            options = [dict(num_gpus=1, num_cpus=1)] * cluster.num_gpus
+            self._actor_options = dict(num_gpus=1, num_cpus=1)
+            count = cluster.num_gpus
         else:
-            options = [dict(num_cpus=1)] * max(1, cluster.num_cpus - 1)
-        self.actors = [actor_class.options(**o).remote(problem_path, size) for o in options]
+            self._actor_options = dict(num_cpus=1)
+            count = max(1, cluster.num_cpus - 1)
+        self.actors = [self._new_actor() for _ in range(count)]
+        self._free = list(range(count))
+        self._pings: dict = {}  # ping ref -> actor index, for actors coming back from a death
+        self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
+
+    def _new_actor(self):
+        return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
+
+    @property
+    def evaluator_count(self) -> int:
+        return len(self.actors)
 
     def device_name(self) -> str:
         """The evaluators' device as evaluations record it: the GPU's name, or 'cpu'."""
@@ -160,9 +176,26 @@ class Stages:
 
         return ray.get(self.actors[0].device_name.remote())
 
-    @property
-    def evaluator_count(self) -> int:
-        return len(self.actors)
+    def _recover(self, index: int) -> None:
+        self._pings[self.actors[index].device_name.remote()] = index
+
+    def _pinged(self, ref) -> None:
+        """A ping came back: the actor is free again, still restarting (ping later), or gone for
+        good (its node died: start a new one)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayError
+
+        index = self._pings.pop(ref)
+        try:
+            ray.get(ref)
+        except ActorUnavailableError:
+            self._ping_later.append((time.monotonic() + 0.5, index))
+            return
+        except RayError:
+            self.actors[index] = self._new_actor()
+            self._recover(index)
+            return
+        self._free.append(index)
 
     def _failed_remotely(self, error: Exception, stage: str, settings: EvalSettings) -> EvalResult:
         """A worker that died (the candidate killed it, its node went away) costs the candidate a
@@ -189,17 +222,26 @@ class Stages:
             yield StageEvent("compiling", job.candidate_id)
         ready: deque[Job] = deque()
         timing: dict = {}  # ref -> (job, actor index, started)
-        free = list(range(len(self.actors)))
         try:
             while compiling or ready or timing:
-                while free and ready:
-                    job, index = ready.popleft(), free.pop(0)
+                while self._free and ready:
+                    job, index = ready.popleft(), self._free.pop(0)
                     ref = self.actors[index].evaluate.remote(job.source, settings)
                     timing[ref] = (job, index, time.monotonic())
                     yield StageEvent("timing", job.candidate_id)
-                done, _ = ray.wait(list(compiling) + list(timing), num_returns=1, timeout=1.0)
+                now = time.monotonic()
+                for when, index in [p for p in self._ping_later if p[0] <= now]:
+                    self._ping_later.remove((when, index))
+                    self._recover(index)
+                waiting = list(compiling) + list(timing) + list(self._pings)
+                if not waiting:
+                    time.sleep(0.2)
+                    continue
+                done, _ = ray.wait(waiting, num_returns=1, timeout=0.5)
                 for ref in done:
-                    if ref in compiling:
+                    if ref in self._pings:
+                        self._pinged(ref)
+                    elif ref in compiling:
                         job = compiling.pop(ref)
                         try:
                             failure = ray.get(ref)
@@ -211,18 +253,19 @@ class Stages:
                             ready.append(job)
                     else:
                         job, index, _ = timing.pop(ref)
-                        free.append(index)
                         try:
                             result = ray.get(ref)
+                            self._free.append(index)
                         except RayError as e:
                             result = self._failed_remotely(e, "evaluation", settings)
+                            self._recover(index)
                         yield StageEvent("done", job.candidate_id, result)
                 now = time.monotonic()
                 for ref, (job, index, started) in list(timing.items()):
                     if now - started > limit_s:
                         del timing[ref]
                         ray.kill(self.actors[index], no_restart=False)
-                        free.append(index)
+                        self._recover(index)
                         yield StageEvent("done", job.candidate_id, replace(
                             _worker_died("", settings), outcome="timeout",
                             message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
