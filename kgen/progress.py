@@ -191,9 +191,12 @@ class LiveProgress(SearchProgress):
                                     f"{c.done} done")
         failed = ", ".join(f"{k} {v}" for k, v in sorted(c.outcomes.items()) if k != "correct") or "none"
         table.add_row("outcomes", f"[green]{c.outcomes['correct']} correct[/green] · failed: {failed}")
-        table.add_row("best", f"{fmt_speedup(c.best_speedup_eager)} vs eager · "
-                              f"{fmt_speedup(c.best_speedup_compile)} vs torch.compile"
-                      + (f" · candidate {c.best_candidate_id}" if c.best_candidate_id is not None else ""))
+        if c.best_candidate_id is not None and c.best_speedup_eager is None:
+            table.add_row("best", f"candidate {c.best_candidate_id} (correct; untimed: no GPU)")
+        else:
+            table.add_row("best", f"{fmt_speedup(c.best_speedup_eager)} vs eager · "
+                                  f"{fmt_speedup(c.best_speedup_compile)} vs torch.compile"
+                          + (f" · candidate {c.best_candidate_id}" if c.best_candidate_id is not None else ""))
         table.add_row("time", f"{fmt_duration(c.elapsed_s)} elapsed · ETA {fmt_duration(c.eta_s())}")
         return Group(Text("kgen search", style="bold cyan"), table)
 

@@ -1,0 +1,105 @@
+"""The search's parts that need no cluster: its configuration, best-so-far counting, the summary, and
+the checks made before Ray starts."""
+
+import io
+from dataclasses import asdict
+
+import pytest
+from rich.console import Console
+
+from kgen.errors import KgenError
+from kgen.progress import SearchCounts, SearchProgress, summary_lines
+from kgen.records import EvalResult
+from kgen.search import SearchConfig, SearchSummary, validate
+from kgen.workers import _check_reachable
+
+
+def correct(speedup_eager=None, speedup_compile=None) -> EvalResult:
+    return EvalResult(outcome="correct", speedup_eager=speedup_eager, speedup_compile=speedup_compile)
+
+
+def test_best_so_far_is_the_fastest_timed_candidate():
+    counts = SearchCounts()
+    assert counts.record(1, correct(1.2, 0.9))
+    assert not counts.record(2, correct(1.1, 1.3))
+    assert counts.record(3, correct(2.0, 1.1))
+    assert not counts.record(4, EvalResult(outcome="incorrect"))
+    assert (counts.best_candidate_id, counts.best_speedup_eager, counts.best_speedup_compile) == (3, 2.0, 1.3)
+    assert (counts.done, counts.outcomes["correct"], counts.failed) == (4, 3, 1)
+
+
+def test_without_timings_the_first_correct_candidate_leads():
+    counts = SearchCounts()
+    assert not counts.record(1, EvalResult(outcome="compile_error"))
+    assert counts.record(2, correct())
+    assert not counts.record(3, correct())
+    assert counts.best_candidate_id == 2 and counts.best_speedup_eager is None
+
+
+def test_eta_is_rounds_left_times_the_mean_round():
+    counts = SearchCounts(rounds_total=5, rounds_done=2, round_seconds=[10.0, 20.0])
+    assert counts.eta_s() == pytest.approx(45.0)
+    assert SearchCounts(rounds_total=5).eta_s() is None
+
+
+def test_plain_progress_writes_one_line_per_event():
+    out = io.StringIO()
+    progress = SearchProgress(Console(file=out, width=60))
+    progress.start(run_id=7, problem="softmax", size="small", device="cpu", proposer="offline", rounds_total=2,
+                   rounds_done=0, evaluators=1, resumed=False)
+    progress.round_started(0)
+    progress.proposed(2, 1)
+    progress.compiling(5)
+    progress.timing(5)
+    progress.evaluated(5, EvalResult(outcome="runtime_error", message="illegal memory access\nmore"), True)
+    progress.round_finished(0)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("starting run 7: softmax (small size) on cpu, proposer offline, rounds 0/2 done, "
+                             "1 evaluation worker(s)")
+    assert lines[2].endswith("proposed 2 (1 without code)")
+    assert lines[3].endswith("candidate 5: runtime_error: illegal memory access")
+    assert "round 1/2 done: 2 evaluated, 0 correct" in lines[4]
+    assert progress.counts.outcomes == {"no_code": 1, "runtime_error": 1}
+
+
+def test_summary_names_the_winner_its_speedups_and_the_export_command():
+    summary = SearchSummary(run_id=3, status="finished", problem="softmax", device="NVIDIA H100", rounds_done=10,
+                            rounds_planned=10, candidates=80, correct=31, best_id=42, best_runtime_ms=0.5,
+                            best_speedup_eager=2.5, best_speedup_compile=1.4, best_roofline_pct=81.0,
+                            tokens_in=1000, tokens_out=500, wall_s=600)
+    text = "\n".join(summary_lines(summary))
+    assert "best: candidate 42: 0.5 ms, 2.50x vs eager, 1.40x vs torch.compile, 81% of roofline" in text
+    assert "tokens: 1000 in, 500 out" in text
+    assert "export: kgen export 42 -o softmax_kernel.py" in text
+
+
+def test_settings_stored_in_a_run_give_back_the_same_config():
+    config = SearchConfig(problem="softmax", rounds=3, candidates=4, proposer="offline", size="small", seed=9)
+    stored = dict(asdict(config), added_by_a_later_kgen=True)
+    assert SearchConfig.from_settings(stored) == config
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(rounds=0), "--rounds must be at least 1"),
+    (dict(candidates=0), "--candidates must be at least 1"),
+    (dict(timeout_s=0), "--timeout must be positive"),
+    (dict(proposer="oracle"), "unknown proposer 'oracle'"),
+    (dict(language="rust"), "unknown language 'rust'"),
+])
+def test_bad_configuration_is_refused(change, message):
+    config = SearchConfig(problem="softmax", proposer="offline", size="small")
+    for key, value in change.items():
+        setattr(config, key, value)
+    with pytest.raises(KgenError, match=message):
+        validate(config)
+
+
+@pytest.mark.parametrize("address, message", [
+    ("127.0.0.1:9", "cannot reach the Ray cluster"),
+    ("ray://127.0.0.1:9", "cannot reach the Ray cluster"),
+    ("127.0.0.1:port", "the port is not a number"),
+    ("http://127.0.0.1:8265", "bad --ray-address"),
+])
+def test_an_unreachable_or_malformed_ray_address_fails_fast(address, message):
+    with pytest.raises(KgenError, match=message):
+        _check_reachable(address, timeout_s=2)
