@@ -103,7 +103,8 @@ def search_cmd(
         raise KgenError("give --problem (or --resume RUN_ID)")
     config = None if resume is not None else SearchConfig(
         problem=problem, rounds=rounds, candidates=candidates, proposer=proposer, language=language, size=size,
-        seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env, prompts_dir=prompts,
+        seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
+        prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
         replay_run=replay_run)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
