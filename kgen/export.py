@@ -1,0 +1,556 @@
+"""`kgen export`: a correct candidate as a standalone module that needs torch and triton (or a CUDA
+toolchain for CUDA C++ kernels) but never kgen.
+
+The module is the candidate's own source (its kernels and `ModelNew`, minus kgen-only settings such
+as `KGEN_TUNABLE`) under a docstring holding its provenance, followed by a plain function named after
+the problem that takes the forward's inputs and then the reference module's parameters:
+
+    softmax(x)                         # a problem without parameters
+    conv2d(x, weight, bias)            # Model's nn.Conv2d parameters, after the forward's inputs
+    conv2d(x, weight, bias, init_inputs=[3, 16, 11, 4, 2])   # another layer configuration
+
+`init_inputs` are the constructor arguments (the problem's `get_init_inputs()`, defaulting to its
+full size); the parameters are put into a cached `ModelNew(*init_inputs)` for the call with
+`torch.func.functional_call`. Every call first checks what kgen's verification assumed: tensors on a
+CUDA device (CPU only under TRITON_INTERPRET=1), the problem's dtypes, contiguous, the problem's
+rank, parameters shaped as the module built from `init_inputs` has them.
+
+`--with-test` writes `test_<module>.py` beside it: the reference source embedded (full size on a GPU,
+small size on CPU under Triton's interpreter), checked on fresh random inputs with the tolerance kgen
+verified at.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import inspect
+import keyword
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from kgen import __version__
+from kgen.db import Candidate, Database, Evaluation, Run
+from kgen.errors import KgenError
+
+# Names the exported module adds at its top level; a candidate that defines one of them is refused
+# rather than silently shadowed.
+ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "_entry_os", "_entry_torch",
+               "_entry_models", "_entry_check_tensor", "_entry_model", "_entry_call")
+DEFAULT_RTOL = 1e-5  # fp32, as the evaluator verifies when the evaluation did not record its own
+DEFAULT_ATOL = 1e-5
+
+
+@dataclass
+class Exported:
+    """What `export_candidate` wrote."""
+
+    module_path: Path
+    test_path: Optional[Path]
+    candidate_id: int
+    function: str
+    language: str
+    device: str
+    speedup_eager: Optional[float]
+    notes: list[str]
+
+    def summary_lines(self) -> list[str]:
+        speed = f", {self.speedup_eager:.2f}x vs eager" if self.speedup_eager is not None else ""
+        lines = [f"wrote {self.module_path}: candidate {self.candidate_id} ({self.language}, verified on "
+                 f"{self.device}{speed}); call {self.module_path.stem}.{self.function}(...)"]
+        if self.test_path is not None:
+            lines.append(f"wrote {self.test_path}: pytest {self.test_path.name}")
+        return lines + [f"note: {n}" for n in self.notes]
+
+
+def this_device() -> str:
+    """The device name evaluations on this machine are recorded under."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def _correct_evaluation(cand: Candidate, device: Optional[str]) -> Optional[Evaluation]:
+    """The evaluation an export stands on: the latest correct one on `device` if any, else the latest
+    correct one at the full size, else any correct one."""
+    correct = [e for e in cand.evaluations if e.outcome == "correct"]
+    for pick in ([e for e in correct if e.device == device], [e for e in correct if e.size == "full"], correct):
+        if pick:
+            return pick[-1]
+    return None
+
+
+def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
+    """A candidate id, or a problem name → its leaderboard winner on this device."""
+    from kgen.leaderboard import leaderboard
+
+    if target.isdigit():
+        return int(target), None
+    device = this_device()
+    rows = [r for r in leaderboard(db, problem=target) if r.device == device]
+    if rows:
+        return rows[0].candidate_id, device
+    elsewhere = sorted({r.device for r in leaderboard(db, problem=target)})
+    if elsewhere:
+        best = leaderboard(db, problem=target)[0]
+        raise KgenError(f"no correct candidate for {target} on this device ({device}); there are on "
+                        f"{', '.join(elsewhere)}: export one by id, e.g. kgen export {best.candidate_id} -o ...")
+    raise KgenError(f"no correct candidate for problem '{target}' in {db.url}")
+
+
+def _load_reference(run: Optional[Run], cand: Candidate, size: str):
+    from kgen.problems import load_problem
+
+    where = run.problem_path if run is not None and run.problem_path and Path(run.problem_path).is_file() \
+        else cand.problem
+    return load_problem(where, size)
+
+
+def _module_bound_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+@dataclass
+class _Body:
+    docstring: Optional[str]
+    future_imports: list[str]
+    code: str
+    bound_names: set[str]
+    referenced_names: set[str]
+
+
+def split_candidate(source: str) -> _Body:
+    """The candidate without its docstring, `from __future__` lines (they must come first, so they are
+    hoisted) and top-level `KGEN_*` settings nothing else in it reads."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise KgenError(f"the candidate's source does not parse (line {e.lineno}: {e.msg})") from e
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()
+    docstring = ast.get_docstring(tree, clean=True)
+    body = tree.body
+    if docstring is not None:
+        drop |= set(range(body[0].lineno, body[0].end_lineno + 1))
+    loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    futures = []
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            futures.append(ast.get_source_segment(source, node))
+            drop |= set(range(node.lineno, node.end_lineno + 1))
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id.startswith("KGEN_") and node.targets[0].id not in loads):
+            drop |= set(range(node.lineno, node.end_lineno + 1))
+    code = "".join(line for i, line in enumerate(lines, start=1) if i not in drop)
+    code = re.sub(r"\n{3,}(?=\S)", "\n\n\n", code.strip("\n")) + "\n"
+    return _Body(docstring=docstring, future_imports=futures, code=code, bound_names=_module_bound_names(tree),
+                 referenced_names=loads)
+
+
+def _literal(value: Any) -> str:
+    text = repr(value)
+    try:
+        if ast.literal_eval(text) != value:
+            raise ValueError
+    except (ValueError, SyntaxError):
+        raise KgenError(f"the problem's constructor argument {text[:60]} is not a plain literal; "
+                        "it cannot be written into a standalone module") from None
+    return text
+
+
+def _input_names(problem, count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(problem.module.Model.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) != count or any(keyword.iskeyword(n) for n in names):
+        names = [f"input{i}" for i in range(count)]
+    return names
+
+
+def _parameter_specs(problem) -> list[tuple[str, tuple[int, ...], str]]:
+    import torch
+
+    with torch.device("meta"):
+        model = problem.module.Model(*problem.init_inputs())
+    return [(name, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for name, p in model.named_parameters()]
+
+
+def _argument_names(param_names: list[str], taken: set[str]) -> list[str]:
+    """`conv.weight, conv.bias` → `weight, bias` (a shared first component dropped when that leaves
+    distinct names); else dots become underscores."""
+    def ident(name: str) -> str:
+        out = re.sub(r"\W", "_", name)
+        return f"p_{out}" if not out or out[0].isdigit() or keyword.iskeyword(out) else out
+
+    heads = {n.split(".", 1)[0] for n in param_names}
+    if len(heads) == 1 and all("." in n for n in param_names):
+        short = [ident(n.split(".", 1)[1]) for n in param_names]
+        if len(set(short)) == len(short) and not set(short) & taken:
+            return short
+    return [ident(n) for n in param_names]
+
+
+def _function_name(problem_name: str, body: _Body) -> str:
+    name = re.sub(r"\W", "_", problem_name)
+    if not name or name[0].isdigit() or keyword.iskeyword(name):
+        name = f"run_{name}"
+    if name in body.bound_names or name in body.referenced_names or name in ADDED_NAMES:
+        name = f"{name}_forward"
+    return name
+
+
+def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
+                rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
+                params_doc: str) -> str:
+    from kgen.leaderboard import fmt_ms, fmt_x
+
+    def when_ms(ms, speedup):
+        return f"{fmt_ms(ms)} ms ({fmt_x(speedup)} faster)" if ms is not None else "not timed"
+
+    versions = ", ".join(f"{k} {v}" for k, v in (("torch", ev.torch_version), ("triton", ev.triton_version),
+                                                 ("CUDA", ev.cuda_version)) if v) or "not recorded"
+    runtime = (f"{fmt_ms(ev.runtime_ms)} ms" if ev.runtime_ms is not None
+               else "not timed (verified without a GPU, under Triton's interpreter)")
+    needs = "torch and triton" if language == "triton" else "torch and a CUDA toolchain (nvcc) for load_inline"
+    device_note = ("CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)" if language == "triton"
+                   else "CUDA tensors")
+    lines = [
+        f"{problem.name}: a {language} kernel found by kgen, exported as a standalone module.",
+        "",
+        f"Needs {needs}; not kgen. Forward only (no autograd).",
+        "",
+        f"    from {module_name} import {function}",
+        f"    y = {function}({inputs_doc})",
+        "",
+        f"Inputs: {shape_doc}.",
+    ]
+    if params_doc:
+        lines += [f"Parameters (the reference module's, after the inputs): {params_doc}.",
+                  "`init_inputs=` gives other constructor arguments (default: INIT_INPUTS, the problem's).",
+                  "ModelNew (same constructor and forward as the reference Model) is here too."]
+    lines += [
+        f"Checked on every call: {device_note}, the dtypes above, contiguous, the rank above"
+        + (", parameter shapes." if params_doc else "."),
+        "Other shapes run the same kernel but kgen verified only the ones above: test yours"
+        + (f" (test_{module_name}.py)." if module_name else "."),
+        "",
+        "Provenance:",
+        f"    problem       {problem.name} ({problem.path.name}, evaluated at the {ev.size} size)",
+        f"    candidate     {cand.id}: run {cand.run_id if cand.run_id is not None else '-'}, round "
+        f"{cand.round if cand.round is not None else '-'}, proposer {cand.proposer}"
+        + (f", model {cand.model}" if cand.model else ""),
+    ]
+    if cand.idea:
+        lines.append(f"    idea          {cand.idea}")
+    lines += [
+        f"    device        {ev.device}",
+        f"    versions      {versions}",
+        f"    runtime       {runtime}",
+        f"    vs eager      {when_ms(ev.eager_ms, ev.speedup_eager)}",
+        f"    vs compile    {when_ms(ev.compile_ms, ev.speedup_compile)} (torch.compile)",
+        f"    roofline      {'-' if ev.roofline_pct is None else f'{ev.roofline_pct:.1f}%'}",
+        f"    tolerance     rtol {rtol:g}, atol {atol:g}"
+        + (f" (max abs err {ev.max_abs_err:.2e})" if ev.max_abs_err is not None else ""),
+        f"    torch ops     {', '.join(ev.torch_ops) if ev.torch_ops else 'none (all work in its own kernels)'}",
+        f"    exported      {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by kgen {__version__}",
+    ]
+    if run is not None and run.kgen_version:
+        lines[-1] += f" (searched with kgen {run.kgen_version})"
+    if body.docstring:
+        lines += ["", "The kernel's own notes:", ""] + [f"    {x}".rstrip() for x in body.docstring.splitlines()]
+    text = "\n".join(lines)
+    return '"""' + text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"') + '\n"""\n'
+
+
+ENTRY_HELPERS = '''
+import os as _entry_os
+
+import torch as _entry_torch
+
+_entry_models = {}
+
+
+def _entry_check_tensor(name, value, rank, dtype, device):
+    if not isinstance(value, _entry_torch.Tensor):
+        raise TypeError(f"{PROBLEM}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    interpreted = LANGUAGE == "triton" and _entry_os.environ.get("TRITON_INTERPRET") == "1"
+    if value.device.type != "cuda" and not interpreted:
+        hint = " (CPU tensors only under TRITON_INTERPRET=1)" if LANGUAGE == "triton" else ""
+        raise ValueError(f"{PROBLEM}: {name} must be on a CUDA device, got {value.device}{hint}")
+    if device is not None and value.device != device:
+        raise ValueError(f"{PROBLEM}: {name} is on {value.device}, the other tensors on {device}")
+    if value.dtype != getattr(_entry_torch, dtype):
+        raise ValueError(f"{PROBLEM}: {name} must be {dtype}, got {str(value.dtype).replace('torch.', '')}")
+    if value.dim() != rank:
+        raise ValueError(f"{PROBLEM}: {name} must be {rank}-D, got shape {tuple(value.shape)}")
+    if not value.is_contiguous():
+        raise ValueError(f"{PROBLEM}: {name} must be contiguous (call .contiguous() first)")
+    return value.device
+
+
+def _entry_model(init_inputs, device):
+    key = (repr(init_inputs), str(device))
+    if key not in _entry_models:
+        with _entry_torch.device(device):
+            _entry_models[key] = ModelNew(*init_inputs).eval()
+    return _entry_models[key]
+
+
+def _entry_call(inputs, parameters, init_inputs):
+    """Check the inputs and parameters, then run ModelNew(*init_inputs) on them."""
+    device = None
+    for (name, shape, dtype), value in zip(INPUTS, inputs):
+        if dtype is not None:
+            device = _entry_check_tensor(name, value, len(shape), dtype, device)
+    init_inputs = list(INIT_INPUTS if init_inputs is None else init_inputs)
+    model = _entry_model(init_inputs, device or "cpu")
+    own = dict(model.named_parameters())
+    if len(own) != len(PARAMETERS):
+        raise TypeError(f"{PROBLEM}: ModelNew has {len(own)} parameters, the reference {len(PARAMETERS)}")
+    # by the reference's names; by position where ModelNew names them otherwise
+    targets = [name for _, name, _, _ in PARAMETERS] if set(own) == {n for _, n, _, _ in PARAMETERS} else list(own)
+    swapped = {}
+    for (arg, _, _, dtype), target, value in zip(PARAMETERS, targets, parameters):
+        device = _entry_check_tensor(arg, value, own[target].dim(), dtype, device)
+        if tuple(value.shape) != tuple(own[target].shape):
+            raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[target].shape)} for init_inputs "
+                             f"{init_inputs}, got {tuple(value.shape)} (pass init_inputs= for another configuration)")
+        swapped[target] = value
+    with _entry_torch.no_grad():
+        if swapped:
+            return _entry_torch.func.functional_call(model, swapped, tuple(inputs))
+        return model(*inputs)
+'''
+
+
+def _entry_point(problem, function: str, input_names: list[str], arg_names: list[str],
+                 param_specs: list[tuple[str, tuple[int, ...], str]], language: str) -> str:
+    import torch
+
+    with torch.device("meta"):
+        meta_inputs = list(problem.module.get_inputs())
+    specs = []
+    for name, x in zip(input_names, meta_inputs):
+        if isinstance(x, torch.Tensor):
+            specs.append((name, tuple(x.shape), str(x.dtype).removeprefix("torch.")))
+        else:
+            specs.append((name, (), None))
+    init_inputs = [_literal(v) for v in problem.init_inputs()]
+    params_sig = "".join(f", {a}" for a in arg_names)
+    doc_inputs = "; ".join(f"{n}: {'x'.join(map(str, s)) or 'scalar'} {d or ''}".strip() for n, s, d in specs)
+    return "\n".join([
+        "",
+        "",
+        "# The entry point and its checks (written by kgen export).",
+        f"PROBLEM = {problem.name!r}",
+        f"LANGUAGE = {language!r}",
+        "# The reference's constructor arguments at the problem's full size (its get_init_inputs()).",
+        f"INIT_INPUTS = [{', '.join(init_inputs)}]",
+        "# The forward's inputs as kgen verified them at the full size: (name, shape, dtype or None if not a tensor).",
+        f"INPUTS = {specs!r}",
+        "# The reference module's parameters, in the order the entry point takes them:",
+        "# (argument, name in the module, shape at the full size, dtype).",
+        f"PARAMETERS = {[(a, n, s, d) for a, (n, s, d) in zip(arg_names, param_specs)]!r}",
+        ENTRY_HELPERS.rstrip(),
+        "",
+        "",
+        f"def {function}({', '.join(input_names)}{params_sig}, *, init_inputs=None):",
+        f'    """{problem.name} on the exported kernel: the reference Model(*init_inputs)({", ".join(input_names)})'
+        + (f" with parameters {', '.join(arg_names)}." if arg_names else ".")
+        + f"\n\n    {doc_inputs}; checked first (ValueError/TypeError otherwise).\n    \"\"\"",
+        f"    return _entry_call([{', '.join(input_names)}], [{', '.join(arg_names)}], init_inputs)",
+        "",
+    ])
+
+
+TEST_TEMPLATE = '''"""Checks {module}.py against the reference ({problem}) on fresh random inputs. Written by kgen export.
+
+With a GPU it runs at the problem's full size; without one, at its small size under Triton's
+interpreter (TRITON_INTERPRET=1; a CUDA C++ kernel is skipped there). Tolerance: the one kgen
+verified the kernel at (rtol {rtol:g}, atol {atol:g}).
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+GPU = torch.cuda.is_available()
+if not GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the module defines its kernels
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import {module} as exported  # noqa: E402
+
+RTOL = {rtol!r}
+ATOL = {atol!r}
+DEVICE = "cuda" if GPU else "cpu"
+
+# The reference, at the full size and at the small size (its size constants rewritten).
+REFERENCE_FULL = {full!r}
+REFERENCE_SMALL = {small!r}
+
+
+def _reference():
+    namespace = {{"__name__": "reference_{problem_ident}"}}
+    exec(compile(REFERENCE_FULL if GPU else REFERENCE_SMALL, "reference_{problem_ident}.py", "exec"), namespace)
+    return namespace
+
+
+def _setup(seed):
+    """The reference module (no parameter left constant: LayerNorm's ones and zeros would hide a kernel
+    that ignores them) and fresh random inputs (never all zeros)."""
+    ref = _reference()
+    torch.manual_seed(seed)
+    init_inputs = list(ref["get_init_inputs"]())
+    model = ref["Model"](*init_inputs).to(DEVICE).eval()
+    noise = torch.Generator().manual_seed(seed + 7919)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.add_(0.1 * torch.randn(p.shape, generator=noise).to(p) * (p.abs().mean() + 1))
+    inputs = []
+    for x in ref["get_inputs"]():
+        if isinstance(x, torch.Tensor):
+            x = x.to(DEVICE)
+            if x.is_floating_point() and x.numel() > 1 and bool((x == x.flatten()[0]).all()):
+                x = torch.randn_like(x)
+        inputs.append(x)
+    return model, inputs, init_inputs
+
+
+def _outputs(y):
+    return list(y) if isinstance(y, (tuple, list)) else [y]
+
+
+def _skip_without_toolchain():
+    if exported.LANGUAGE == "cuda" and not GPU:
+        pytest.skip("a CUDA C++ kernel needs a GPU")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_matches_the_reference_on_fresh_random_inputs(seed):
+    _skip_without_toolchain()
+    model, inputs, init_inputs = _setup(seed)
+    params = [p.detach() for p in model.parameters()]
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad():
+        expected = _outputs(model(*inputs))
+    got = _outputs(exported.{function}(*inputs, *params, init_inputs=init_inputs))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        assert torch.isfinite(g).all() or not torch.isfinite(e).all()
+        torch.testing.assert_close(g, e, rtol=RTOL, atol=ATOL)
+    for x, b in zip(inputs, before):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, b), "the kernel changed its input"
+
+
+def test_rejects_an_input_of_the_wrong_dtype():
+    _skip_without_toolchain()
+    model, inputs, init_inputs = _setup(0)
+    params = [p.detach() for p in model.parameters()]
+    first = next(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point())
+    wrong = list(inputs)
+    wrong[first] = inputs[first].to(torch.float64)
+    with pytest.raises(ValueError, match="must be"):
+        exported.{function}(*wrong, *params, init_inputs=init_inputs)
+
+
+def test_rejects_a_non_contiguous_input():
+    _skip_without_toolchain()
+    model, inputs, init_inputs = _setup(0)
+    params = [p.detach() for p in model.parameters()]
+    first = next(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 2)
+    wrong = list(inputs)
+    wrong[first] = inputs[first].transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(ValueError, match="contiguous"):
+        exported.{function}(*wrong, *params, init_inputs=init_inputs)
+'''
+
+
+def export_candidate(db: Database, target: str, out: str | Path, *, with_test: bool = False) -> Exported:
+    """Write candidate `target` (an id, or a problem name → its winner on this device) to `out`."""
+    out_path = Path(out).expanduser()
+    if out_path.suffix != ".py" or not out_path.stem.isidentifier() or keyword.iskeyword(out_path.stem):
+        raise KgenError(f"-o must name an importable Python file (like softmax_kernel.py), got '{out}'")
+    if not out_path.parent.is_dir():
+        raise KgenError(f"cannot write {out_path}: folder {out_path.parent} does not exist")
+    candidate_id, device = resolve_target(db, target)
+    with db.reader() as s:
+        cand = s.get(Candidate, candidate_id)
+        if cand is None:
+            raise KgenError(f"no candidate with id {candidate_id} in {db.url}")
+        ev = _correct_evaluation(cand, device or this_device())
+        if ev is None:
+            latest = cand.evaluations[-1] if cand.evaluations else None
+            why = f"its latest evaluation is {latest.outcome}" if latest else "it has not been evaluated"
+            raise KgenError(f"candidate {candidate_id} has no correct evaluation ({why}); only correct candidates "
+                            "are exported")
+        run = s.get(Run, cand.run_id) if cand.run_id is not None else None
+        s.expunge_all()
+
+    notes: list[str] = []
+    full = _load_reference(run, cand, "full")
+    small = _load_reference(run, cand, "small")
+    evaluated = full if ev.size == "full" else small
+    if cand.problem_hash and cand.problem_hash not in (full.source_hash, small.source_hash):
+        notes.append(f"the problem file {full.path} changed since candidate {cand.id} was evaluated; "
+                     "the exported test checks it against the file as it is now")
+
+    body = split_candidate(cand.source)
+    clash = body.bound_names & set(ADDED_NAMES)
+    if clash:
+        raise KgenError(f"candidate {cand.id} defines {', '.join(sorted(clash))}, which the exported module "
+                        "needs for its entry point")
+    if "ModelNew" not in body.bound_names:
+        raise KgenError(f"candidate {cand.id} defines no ModelNew")
+    language = ev.language or cand.language
+    function = _function_name(full.name, body)
+    if function != full.name:
+        notes.append(f"the candidate already uses the name '{full.name}'; the entry point is '{function}'")
+    param_specs = _parameter_specs(full)
+    input_names = _input_names(full, len(full.input_specs()))
+    arg_names = _argument_names([n for n, _, _ in param_specs], set(input_names))
+    rtol = ev.rtol if ev.rtol is not None else DEFAULT_RTOL
+    atol = ev.atol if ev.atol is not None else DEFAULT_ATOL
+
+    shape_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, full.input_specs()))
+    params_doc = ", ".join(f"{a} {'x'.join(map(str, shape))} {dtype}" for a, (_, shape, dtype)
+                           in zip(arg_names, param_specs))
+    doc = _provenance(cand, ev, run, evaluated, function, out_path.stem, rtol, atol, body, language,
+                      ", ".join(input_names + arg_names), shape_doc + " (full size)", params_doc)
+    text = doc
+    if body.future_imports:
+        text += "\n".join(body.future_imports) + "\n"
+    text += "\n" + body.code + _entry_point(full, function, input_names, arg_names, param_specs, language)
+    try:
+        compile(text, str(out_path), "exec")
+    except SyntaxError as e:
+        raise KgenError(f"the exported module does not compile (line {e.lineno}: {e.msg}); "
+                        "this is a kgen bug, please report it") from e
+    out_path.write_text(text)
+
+    test_path = None
+    if with_test:
+        test_path = out_path.with_name(f"test_{out_path.stem}.py")
+        test_path.write_text(TEST_TEMPLATE.format(
+            module=out_path.stem, problem=full.name, problem_ident=re.sub(r"\W", "_", full.name), function=function,
+            rtol=rtol, atol=atol, full=full.sized_source, small=small.sized_source))
+    return Exported(module_path=out_path, test_path=test_path, candidate_id=cand.id, function=function,
+                    language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes)

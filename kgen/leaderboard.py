@@ -1,0 +1,345 @@
+"""What a search found, read back from the results DB: the leaderboard, one candidate in full
+(`kgen show`), and the runs. Read-only: nothing here writes to the DB.
+
+A candidate's standing on a device is its latest evaluation there. The leaderboard ranks correct
+candidates (suspicious ones never) per (problem, device, size): timed ones fastest first, then
+untimed ones (a machine without a GPU claims no times) oldest first. Sizes are kept apart because a
+runtime at the small size says nothing about the full one.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from sqlalchemy import func, select
+
+from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
+from kgen.errors import KgenError
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+@dataclass
+class LeaderboardRow:
+    """One correct candidate on one device, as the leaderboard lists it."""
+
+    rank: int  # 1 = the best of its (problem, device, size)
+    candidate_id: int
+    problem: str
+    language: str
+    device: str
+    size: str
+    runtime_ms: Optional[float]
+    eager_ms: Optional[float]
+    compile_ms: Optional[float]
+    speedup_eager: Optional[float]
+    speedup_compile: Optional[float]
+    roofline_pct: Optional[float]
+    rtol: Optional[float]
+    atol: Optional[float]
+    torch_ops: list[str]
+    round: Optional[int]
+    proposer: str
+    model: Optional[str]
+    run_id: Optional[int]
+    evaluated_at: dt.datetime
+    evaluation_id: int
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["evaluated_at"] = self.evaluated_at.isoformat(timespec="seconds")
+        return d
+
+
+def _latest_per_device():
+    """Ids of each candidate's latest evaluation on each device (no_code rows have device '-')."""
+    return (select(func.max(Evaluation.id)).where(Evaluation.device != "-")
+            .group_by(Evaluation.candidate_id, Evaluation.device).scalar_subquery())
+
+
+def _rank_key(e: Evaluation, c: Candidate):
+    return (e.runtime_ms is None, e.runtime_ms or 0.0, c.id)
+
+
+def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional[str] = None,
+                run_id: Optional[int] = None, include_all: bool = False) -> list[LeaderboardRow]:
+    """The best correct candidate per (problem, device, size), or every correct one with
+    `include_all`, grouped in that order. `device` matches any device name containing it."""
+    q = (select(Candidate, Evaluation).join(Evaluation, Evaluation.candidate_id == Candidate.id)
+         .where(Evaluation.id.in_(_latest_per_device()), Evaluation.outcome == "correct"))
+    if problem is not None:
+        q = q.where(Candidate.problem == problem)
+    if run_id is not None:
+        q = q.where(Candidate.run_id == run_id)
+    if device is not None:
+        q = q.where(func.lower(Evaluation.device).contains(device.lower()))
+    with db.reader() as s:
+        pairs = list(s.execute(q))
+    groups: dict[tuple[str, str, str], list[tuple[Candidate, Evaluation]]] = {}
+    for c, e in pairs:
+        groups.setdefault((c.problem, e.device, e.size), []).append((c, e))
+    rows: list[LeaderboardRow] = []
+    # full before small: the size users run; devices with timings before CPU
+    for key in sorted(groups, key=lambda k: (k[0], k[2] != "full", k[1] == "cpu", k[1])):
+        ranked = sorted(groups[key], key=lambda ce: _rank_key(ce[1], ce[0]))
+        for rank, (c, e) in enumerate(ranked if include_all else ranked[:1], start=1):
+            rows.append(LeaderboardRow(
+                rank=rank, candidate_id=c.id, problem=c.problem, language=e.language or c.language,
+                device=e.device, size=e.size, runtime_ms=e.runtime_ms, eager_ms=e.eager_ms,
+                compile_ms=e.compile_ms, speedup_eager=e.speedup_eager, speedup_compile=e.speedup_compile,
+                roofline_pct=e.roofline_pct, rtol=e.rtol, atol=e.atol, torch_ops=list(e.torch_ops or []),
+                round=c.round, proposer=c.proposer, model=c.model, run_id=c.run_id, evaluated_at=e.created_at,
+                evaluation_id=e.id))
+    return rows
+
+
+# -- formatting shared by the CLI and the report ---------------------------------------------------
+
+def fmt_ms(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if v < 0.1 else f"{v:.3f}" if v < 100 else f"{v:.1f}"
+
+
+def fmt_x(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def fmt_pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def fmt_tol(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+def fmt_when(t: Optional[dt.datetime]) -> str:
+    return "-" if t is None else t.strftime("%Y-%m-%d %H:%M")
+
+
+def fmt_proposer(proposer: str, model: Optional[str]) -> str:
+    return f"{proposer}/{model}" if model else proposer
+
+
+COLUMNS = ("id", "problem", "lang", "device", "size", "runtime ms", "eager ms", "compile ms", "vs eager",
+           "vs compile", "roofline", "rtol", "torch ops", "round", "proposer", "run", "when")
+NUMERIC_COLUMNS = {"id", "runtime ms", "eager ms", "compile ms", "vs eager", "vs compile", "roofline", "rtol",
+                   "round", "run"}
+
+
+def row_cells(r: LeaderboardRow) -> list[str]:
+    return [str(r.candidate_id), r.problem, r.language, r.device, r.size, fmt_ms(r.runtime_ms), fmt_ms(r.eager_ms),
+            fmt_ms(r.compile_ms), fmt_x(r.speedup_eager), fmt_x(r.speedup_compile), fmt_pct(r.roofline_pct),
+            fmt_tol(r.rtol), ", ".join(r.torch_ops) or "-", "-" if r.round is None else str(r.round),
+            fmt_proposer(r.proposer, r.model), "-" if r.run_id is None else str(r.run_id), fmt_when(r.evaluated_at)]
+
+
+def to_json(rows: list[LeaderboardRow]) -> str:
+    return json.dumps([r.to_dict() for r in rows], indent=2)
+
+
+def to_csv(rows: list[LeaderboardRow]) -> str:
+    out = io.StringIO()
+    names = list(LeaderboardRow.__dataclass_fields__)
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        d = r.to_dict()
+        d["torch_ops"] = ";".join(r.torch_ops)
+        writer.writerow({k: "" if v is None else v for k, v in d.items()})
+    return out.getvalue()
+
+
+def to_markdown(rows: list[LeaderboardRow]) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(COLUMNS) + " |",
+             "| " + " | ".join("---:" if c in NUMERIC_COLUMNS else "---" for c in COLUMNS) + " |"]
+    lines += ["| " + " | ".join(cell(x) for x in row_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rich_table(rows: list[LeaderboardRow], title: str):
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col in NUMERIC_COLUMNS else "left",
+                         overflow="fold", no_wrap=col in ("runtime ms", "vs eager", "vs compile", "when"))
+    for r in rows:
+        table.add_row(*(escape(x) for x in row_cells(r)), style="bold" if r.rank == 1 else None)
+    return table
+
+
+# -- one candidate: kgen show ----------------------------------------------------------------------
+
+@dataclass
+class Ancestor:
+    """One step of a candidate's lineage: `depth` 1 is a parent, 2 a grandparent ..."""
+
+    depth: int
+    candidate_id: int
+    round: Optional[int]
+    language: str
+    proposer: str
+    origin: Optional[str]
+    idea: Optional[str]
+    outcome: Optional[str]
+    speedup_eager: Optional[float]
+    missing: bool = False  # a parent id the DB does not hold
+    seen: bool = False  # already listed above (two parents share an ancestor)
+
+
+@dataclass
+class CandidateDetail:
+    candidate: Candidate
+    evaluations: list[Evaluation]
+    lineage: list[Ancestor] = field(default_factory=list)
+
+
+def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
+    """A candidate, every evaluation of it, and its ancestors (depth first, each listed once)."""
+    with db.reader() as s:
+        cand = s.get(Candidate, candidate_id)
+        if cand is None:
+            raise KgenError(f"no candidate with id {candidate_id} in {db.url}")
+        evaluations = list(cand.evaluations)
+        lineage: list[Ancestor] = []
+        listed: set[int] = {cand.id}
+
+        def walk(parent_ids: list[int], depth: int) -> None:
+            for pid in parent_ids:
+                parent = s.get(Candidate, pid)
+                if parent is None:
+                    lineage.append(Ancestor(depth, pid, None, "?", "?", None, None, None, None, missing=True))
+                    continue
+                latest = parent.evaluations[-1] if parent.evaluations else None
+                seen = pid in listed
+                lineage.append(Ancestor(depth, pid, parent.round, parent.language, parent.proposer, parent.origin,
+                                        parent.idea, latest.outcome if latest else None,
+                                        latest.speedup_eager if latest else None, seen=seen))
+                if not seen:
+                    listed.add(pid)
+                    walk(list(parent.parent_ids or []), depth + 1)
+
+        walk(list(cand.parent_ids or []), 1)
+        s.expunge_all()
+    return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage)
+
+
+# -- the runs: kgen runs ---------------------------------------------------------------------------
+
+@dataclass
+class RunRow:
+    run_id: int
+    problem: str
+    size: str
+    device: Optional[str]
+    proposer: str
+    model: Optional[str]
+    language: str
+    seed: int
+    candidates_per_round: int
+    status: str
+    rounds_done: int
+    rounds_planned: int
+    candidates: int
+    correct: int
+    best_candidate_id: Optional[int]
+    best_speedup_eager: Optional[float]
+    best_speedup_compile: Optional[float]
+    tokens_in: int
+    tokens_out: int
+    started_at: dt.datetime
+    finished_at: Optional[dt.datetime]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["started_at"] = self.started_at.isoformat(timespec="seconds")
+        d["finished_at"] = self.finished_at.isoformat(timespec="seconds") if self.finished_at else None
+        return d
+
+
+def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
+    """Every run, oldest first, with its progress, its best correct candidate and the tokens it spent."""
+    with db.reader() as s:
+        q = select(Run).order_by(Run.id)
+        if problem is not None:
+            q = q.where(Run.problem == problem)
+        runs = list(s.scalars(q))
+        counts = dict(s.execute(select(Candidate.run_id, func.count()).group_by(Candidate.run_id)).all())
+        tokens = {rid: (int(ti), int(to)) for rid, ti, to in s.execute(
+            select(LLMCall.run_id, func.coalesce(func.sum(LLMCall.tokens_in), 0),
+                   func.coalesce(func.sum(LLMCall.tokens_out), 0)).group_by(LLMCall.run_id))}
+        out = []
+        for run in runs:
+            board = leaderboard(db, run_id=run.id, include_all=True)
+            best = board[0] if board else None
+            tin, tout = tokens.get(run.id, (0, 0))
+            out.append(RunRow(
+                run_id=run.id, problem=run.problem, size=run.size, device=run.device, proposer=run.proposer,
+                model=run.model, language=run.language, seed=run.seed, candidates_per_round=run.candidates_per_round,
+                status=run.status, rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
+                candidates=counts.get(run.id, 0), correct=len({r.candidate_id for r in board}),
+                best_candidate_id=best.candidate_id if best else None,
+                best_speedup_eager=max((r.speedup_eager for r in board if r.speedup_eager is not None), default=None),
+                best_speedup_compile=max((r.speedup_compile for r in board if r.speedup_compile is not None),
+                                         default=None),
+                tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at))
+    return out
+
+
+def render_detail(detail: CandidateDetail, console) -> None:
+    """`kgen show`: the candidate's header and idea, its evaluations, its lineage, its source."""
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.table import Table
+    from rich.tree import Tree
+
+    c = detail.candidate
+    head = [f"[bold]candidate {c.id}[/bold]  {c.problem} · {c.language} · run {c.run_id if c.run_id is not None else '-'}"
+            f" · round {c.round if c.round is not None else '-'} · {escape(fmt_proposer(c.proposer, c.model))}"
+            f" · {fmt_when(c.created_at)}"]
+    if c.origin:
+        head.append(f"origin: {escape(c.origin)}")
+    head.append(f"idea: {escape(c.idea or '(none recorded)')}")
+    console.print(Panel("\n".join(head), expand=False), highlight=False)
+
+    table = Table(title="evaluations")
+    for col in ("eval", "device", "size", "outcome", "runtime ms", "eager ms", "compile ms", "vs eager",
+                "vs compile", "roofline", "max abs err", "rtol", "atol", "torch ops", "when"):
+        table.add_column(col, overflow="fold")
+    for e in detail.evaluations:
+        table.add_row(str(e.id), e.device, e.size, e.outcome, fmt_ms(e.runtime_ms), fmt_ms(e.eager_ms),
+                      fmt_ms(e.compile_ms), fmt_x(e.speedup_eager), fmt_x(e.speedup_compile), fmt_pct(e.roofline_pct),
+                      "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}", fmt_tol(e.rtol), fmt_tol(e.atol),
+                      ", ".join(e.torch_ops or []) or "-", fmt_when(e.created_at))
+    console.print(table if detail.evaluations else "not evaluated yet")
+    for e in detail.evaluations:
+        if e.message and e.outcome != "correct":
+            console.print(f"[bold]eval {e.id} ({e.outcome}):[/bold]", highlight=False)
+            console.print(e.message.strip(), highlight=False, markup=False)
+
+    tree = Tree(f"lineage of {c.id}" + ("" if detail.lineage else ": a first proposal (no parents)"))
+    nodes = {0: tree}
+    for a in detail.lineage:
+        if a.missing:
+            label = f"{a.candidate_id}: not in this DB"
+        else:
+            label = (f"{a.candidate_id}: round {a.round if a.round is not None else '-'} · {a.language} · "
+                     f"{a.proposer} · {a.outcome or 'not evaluated'}"
+                     + (f" · {fmt_x(a.speedup_eager)} vs eager" if a.speedup_eager is not None else "")
+                     + (" (listed above)" if a.seen else "")
+                     + (f"\n   origin: {a.origin}" if a.origin and not a.seen else "")
+                     + (f"\n   idea: {a.idea}" if a.idea and not a.seen else ""))
+        nodes[a.depth] = nodes[a.depth - 1].add(escape(label), highlight=False)
+    console.print(tree)
+    console.print(Syntax(c.source, "python", line_numbers=True, word_wrap=True))
