@@ -118,6 +118,132 @@ def search_cmd(
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
+@app.command("leaderboard")
+def leaderboard_cmd(
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem"),
+    device: Optional[str] = typer.Option(None, "--device", help="only devices whose name contains this (e.g. H100, cpu)"),
+    include_all: bool = typer.Option(False, "--all", help="every correct candidate, not only the best per problem and device"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv | markdown"),
+    db: Optional[str] = DbOption,
+) -> None:
+    """The best correct candidate per (problem, device), fastest first; every correct one with --all."""
+    from kgen import leaderboard as lb
+    from kgen.db import open_db
+
+    if fmt not in lb.FORMATS:
+        raise KgenError(f"unknown format '{fmt}' (choose {', '.join(lb.FORMATS)})")
+    database = open_db(db, create=False)
+    try:
+        rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
+    finally:
+        database.close()
+    if fmt == "json":
+        print(lb.to_json(rows))
+    elif fmt == "csv":
+        print(lb.to_csv(rows), end="")
+    elif fmt == "markdown":
+        print(lb.to_markdown(rows), end="")
+    elif not rows:
+        console.print("no correct candidates yet" + (f" for {problem}" if problem else ""), highlight=False)
+    else:
+        console.print(lb.rich_table(rows, "kgen leaderboard" + (" (all correct candidates)" if include_all else "")))
+        if any(r.runtime_ms is None for r in rows):
+            console.print("untimed rows were evaluated without a GPU: ranked by correctness only, oldest first",
+                          highlight=False)
+
+
+@app.command("show")
+def show_cmd(candidate_id: int = typer.Argument(..., help="the candidate id (see kgen leaderboard)"),
+             db: Optional[str] = DbOption) -> None:
+    """One candidate: its idea, evaluations, lineage back to its first ancestor, and its source."""
+    from kgen import leaderboard as lb
+    from kgen.db import open_db
+
+    database = open_db(db, create=False)
+    try:
+        detail = lb.candidate_detail(database, candidate_id)
+    finally:
+        database.close()
+    lb.render_detail(detail, console)
+
+
+@app.command("runs")
+def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem"),
+             as_json: bool = typer.Option(False, "--json", help="JSON instead of a table"),
+             db: Optional[str] = DbOption) -> None:
+    """The searches: problem, settings, status, rounds done, best speedups and tokens spent."""
+    import json
+
+    from rich.markup import escape
+
+    from kgen import leaderboard as lb
+    from kgen.db import open_db
+
+    database = open_db(db, create=False)
+    try:
+        rows = lb.run_rows(database, problem=problem)
+    finally:
+        database.close()
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
+    if not rows:
+        console.print("no runs yet", highlight=False)
+        return
+    table = Table(title="kgen runs")
+    for col in ("run", "problem", "settings", "device", "status", "rounds", "candidates", "correct", "best",
+                "vs eager", "vs compile", "tokens in/out", "started"):
+        table.add_column(col, overflow="fold", justify="right" if col in ("run", "candidates", "correct", "best") else "left")
+    for r in rows:
+        settings = (f"{lb.fmt_proposer(r.proposer, r.model)}, {r.size}, {r.candidates_per_round}/round, "
+                    f"{r.language}, seed {r.seed}")
+        table.add_row(str(r.run_id), escape(r.problem), escape(settings), escape(r.device or "-"), r.status,
+                      f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), str(r.correct),
+                      "-" if r.best_candidate_id is None else str(r.best_candidate_id),
+                      lb.fmt_x(r.best_speedup_eager), lb.fmt_x(r.best_speedup_compile),
+                      f"{_fmt_count(r.tokens_in)} / {_fmt_count(r.tokens_out)}", lb.fmt_when(r.started_at))
+    console.print(table)
+
+
+@app.command("export")
+def export_cmd(
+    target: str = typer.Argument(..., help="a candidate id, or a problem name (its winner on this device)"),
+    out: str = typer.Option(..., "--out", "-o", help="the module to write, e.g. softmax_kernel.py"),
+    with_test: bool = typer.Option(False, "--with-test", help="also write test_<module>.py beside it"),
+    db: Optional[str] = DbOption,
+) -> None:
+    """Write a candidate as a standalone module (torch + triton or a CUDA toolchain; no kgen)."""
+    from kgen.db import open_db
+    from kgen.export import export_candidate
+
+    database = open_db(db, create=False)
+    try:
+        written = export_candidate(database, target, out, with_test=with_test)
+    finally:
+        database.close()
+    for line in written.summary_lines():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command("report")
+def report_cmd(
+    out: str = typer.Option("report.html", "--out", "-o", help="the HTML file to write"),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem's runs"),
+    run: Optional[int] = typer.Option(None, "--run", help="only this run"),
+    db: Optional[str] = DbOption,
+) -> None:
+    """One self-contained HTML page: the leaderboard and plots of how the searches went."""
+    from kgen.db import open_db
+    from kgen.report import write_report
+
+    database = open_db(db, create=False)
+    try:
+        path = write_report(database, out, problem=problem, run_id=run)
+    finally:
+        database.close()
+    console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)
