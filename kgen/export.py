@@ -39,6 +39,7 @@ from kgen.errors import KgenError
 # rather than silently shadowed.
 ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "_entry_os", "_entry_torch",
                "_entry_models", "_entry_check_tensor", "_entry_model", "_entry_call")
+LANGUAGE_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
 DEFAULT_RTOL = 1e-5  # fp32, as the evaluator verifies when the evaluation did not record its own
 DEFAULT_ATOL = 1e-5
 
@@ -215,7 +216,7 @@ def _function_name(problem_name: str, body: _Body) -> str:
 
 def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
                 rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
-                params_doc: str) -> str:
+                verified_doc: str, params_doc: str) -> str:
     from kgen.leaderboard import fmt_ms, fmt_x
 
     def when_ms(ms, speedup):
@@ -229,14 +230,16 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
     device_note = ("CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)" if language == "triton"
                    else "CUDA tensors")
     lines = [
-        f"{problem.name}: a {language} kernel found by kgen, exported as a standalone module.",
+        f"{problem.name}: a {LANGUAGE_NAMES.get(language, language)} kernel found by kgen, exported as a standalone "
+        "module.",
         "",
         f"Needs {needs}; not kgen. Forward only (no autograd).",
         "",
         f"    from {module_name} import {function}",
         f"    y = {function}({inputs_doc})",
         "",
-        f"Inputs: {shape_doc}.",
+        f"Inputs at the problem's full size: {shape_doc}; kgen verified the kernel at the {ev.size} size"
+        + (f" ({verified_doc})." if ev.size != "full" else "."),
     ]
     if params_doc:
         lines += [f"Parameters (the reference module's, after the inputs): {params_doc}.",
@@ -533,8 +536,9 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     shape_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, full.input_specs()))
     params_doc = ", ".join(f"{a} {'x'.join(map(str, shape))} {dtype}" for a, (_, shape, dtype)
                            in zip(arg_names, param_specs))
+    verified_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, evaluated.input_specs()))
     doc = _provenance(cand, ev, run, evaluated, function, out_path.stem, rtol, atol, body, language,
-                      ", ".join(input_names + arg_names), shape_doc + " (full size)", params_doc)
+                      ", ".join(input_names + arg_names), shape_doc, verified_doc, params_doc)
     text = doc
     if body.future_imports:
         text += "\n".join(body.future_imports) + "\n"
