@@ -8,6 +8,8 @@ from typing import Any, Optional
 OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout", "incorrect", "correct", "suspicious")
 # A proposal that held no code never reaches the evaluator; it is stored with this outcome.
 NO_CODE = "no_code"
+# A CUDA candidate that compiled on a machine whose torch has no CUDA: not run, not verified, not timed.
+NOT_RUN = "not_run"
 LANGUAGES = ("triton", "cuda")
 
 
@@ -25,6 +27,7 @@ class EvalSettings:
     baseline_eager_ms: Optional[float] = None
     baseline_compile_ms: Optional[float] = None
     floor_ms: Optional[float] = None
+    cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
 
 
 @dataclass

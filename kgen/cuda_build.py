@@ -1,0 +1,319 @@
+"""CUDA build: a candidate's `load_inline` / `load` calls, built into a shared cache keyed by content.
+
+The worker replaces `torch.utils.cpp_extension.load_inline` and `load` before the candidate is
+imported. Each call is rebuilt under a module name and build directory keyed by the sha256 of its
+sources, functions and flags, the torch and CUDA versions and the GPU arch, so the same source never
+builds twice (in any process sharing the cache) and two different sources never share a module name
+(a process never reloads a changed library under an old name). Builds of one key are serialized by
+an flock on the key's directory, which the kernel releases when a builder dies; a torch FileBaton
+`lock` file found while holding it was therefore left by a killed build, and is removed (torch would
+otherwise wait on it forever). Compiler errors are trimmed to the lines that say 'error' and a little
+context: they go back to an LLM.
+
+Without a CUDA-enabled torch (this includes every CPU-only machine) nothing can be loaded: the CUDA
+sources are compiled with `nvcc -c` (and the C++ sources checked with `c++ -fsyntax-only`) against
+torch's headers, for the target arch, so compile errors are still caught; a clean compile raises
+`CudaNotRunnable` and the evaluation reports the outcome `not_run` (never `correct`: nothing ran).
+Either verdict is cached in the key's directory.
+
+The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen/cuda_build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+DEFAULT_ARCH = "9.0"  # the GPU kgen's published results target (H100) when no GPU is visible
+NVCC_TIMEOUT_S = 600
+TRIMMED_MAX_LINES = 40
+STALE_LOCK_AGE_S = 30.0  # a torch lock younger than this may belong to a build outside kgen's flock
+
+
+class CudaBuildError(Exception):
+    """The candidate's CUDA/C++ sources did not compile; the message is the trimmed compiler output."""
+
+
+class CudaNotRunnable(Exception):
+    """The sources compiled, but this torch has no CUDA: nothing can be loaded or run here."""
+
+
+def cache_root() -> Path:
+    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
+    return Path(root) / "cuda_build"
+
+
+def target_arch() -> str:
+    """The compute capability builds target: KGEN_CUDA_ARCH, else the visible GPU's, else
+    TORCH_CUDA_ARCH_LIST's last entry, else H100's."""
+    if os.environ.get("KGEN_CUDA_ARCH"):
+        return os.environ["KGEN_CUDA_ARCH"]
+    if torch.version.cuda and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{major}.{minor}"
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
+    return listed[-1].replace("+PTX", "") if listed else DEFAULT_ARCH
+
+
+def nvcc_path() -> Optional[str]:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+            return os.path.join(home, "bin", "nvcc")
+    return None
+
+
+def build_key(spec: dict[str, Any], arch: str) -> str:
+    """sha256 of what the build depends on: sources, functions, flags, torch/CUDA versions, arch."""
+    payload = json.dumps({"spec": spec, "torch": torch.__version__, "cuda": torch.version.cuda, "arch": arch},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def trim_compiler_output(text: str, context: int = 2, max_lines: int = TRIMMED_MAX_LINES) -> str:
+    """The lines that mention an error, with `context` lines around each, at most `max_lines`; the
+    temporary build paths shortened to file names."""
+    text = re.sub(r"/[^\s:\"']*/(main\.cpp|cuda\.cu|[\w.-]+\.(cu|cpp|cuh|h))", r"\1", text)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    hits = [i for i, ln in enumerate(lines) if re.search(r"\berror\b|\bError\b|fatal", ln)
+            and not ln.lstrip().startswith(("ninja: build stopped", "FAILED:", "[", "subprocess.CalledProcessError"))]
+    if not hits:
+        return "\n".join(lines[-max_lines:])
+    keep: list[int] = []
+    for i in hits:
+        for j in range(max(0, i - context), min(len(lines), i + context + 1)):
+            if j not in keep:
+                keep.append(j)
+    out = [lines[j] for j in sorted(keep)]
+    if len(out) > max_lines:
+        out = out[:max_lines] + [f"[... {len(out) - max_lines} more lines ...]"]
+    return "\n".join(out)
+
+
+@contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold the key's flock; clear a torch `lock` file a killed build left behind."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".kgen-build.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            clear_stale_torch_lock(build_dir)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def clear_stale_torch_lock(build_dir: Path, min_age_s: float = STALE_LOCK_AGE_S) -> bool:
+    """Remove torch's FileBaton `lock` file when it is stale: we hold the flock, so no kgen build of
+    this key is running; the age guard leaves alone a build outside kgen started a moment ago."""
+    lock = build_dir / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age >= min_age_s:
+        lock.unlink(missing_ok=True)
+        return True
+    return False
+
+
+@dataclass
+class BuildLog:
+    """What the candidate's builds did in this process: kept by the worker, read after the run."""
+
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    error: Optional[str] = None
+    not_runnable: Optional[str] = None
+
+
+class ExtensionProxy:
+    """The loaded extension module, with each call into it counted as a launch of the candidate's own
+    kernels."""
+
+    def __init__(self, module: Any, count: Callable[[str], None]):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_count", count)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if callable(value) and not name.startswith("__"):
+            count = self._count
+
+            def call(*args, **kwargs):
+                count(name)
+                return value(*args, **kwargs)
+
+            call.__name__ = name
+            call.__doc__ = getattr(value, "__doc__", None)
+            return call
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._module, name, value)
+
+    def __dir__(self):
+        return dir(self._module)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources: list[str], functions: Any,
+                cflags: list[str], cuda_cflags: list[str], include_paths: list[str], arch: str) -> None:
+    """Compile without a CUDA torch: nvcc -c for the CUDA sources, c++ -fsyntax-only for the C++ ones
+    (with the pybind bindings load_inline would add). Raises CudaBuildError or CudaNotRunnable; the
+    verdict is cached as a file in build_dir."""
+    ok_stamp, error_stamp = build_dir / "nvcc.ok", build_dir / "nvcc.error"
+    if ok_stamp.exists():
+        raise CudaNotRunnable(ok_stamp.read_text())
+    if error_stamp.exists():
+        raise CudaBuildError(error_stamp.read_text())
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CudaNotRunnable("no nvcc on this machine: CUDA sources not compiled, not run")
+    from torch.utils.cpp_extension import include_paths as torch_include_paths
+
+    includes = [f"-I{p}" for p in [*torch_include_paths(), sysconfig.get_paths()["include"], *include_paths]]
+    sm = arch.replace(".", "")
+    defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    jobs = []
+    if cuda_sources:
+        cu = build_dir / "cuda.cu"
+        cu.write_text("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+                      + "\n".join(cuda_sources))
+        arch_flags = [] if any(f.startswith(("-gencode", "--gpu-architecture", "-arch")) for f in cuda_cflags) \
+            else [f"-arch=sm_{sm}"]
+        jobs.append([nvcc, "-c", str(cu), "-o", str(build_dir / "cuda.o"), "-std=c++17", "--expt-relaxed-constexpr",
+                     *arch_flags, *defines, *includes, *cuda_cflags])
+    if cpp_sources:
+        bindings = ""
+        if functions:
+            names = functions.items() if isinstance(functions, dict) else ((f, f) for f in _as_list(functions))
+            bindings = "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "".join(
+                f'm.def("{fn}", &{fn}, "{doc}");\n' for fn, doc in names) + "}\n"
+        cpp = build_dir / "main.cpp"
+        cpp.write_text("#include <torch/extension.h>\n" + "\n".join(cpp_sources) + bindings)
+        cxx = shutil.which("c++") or shutil.which("g++")
+        if cxx:
+            jobs.append([cxx, "-fsyntax-only", "-std=c++17", str(cpp), *defines, *includes,
+                         *[f for f in cflags if f.startswith(("-D", "-I", "-std"))]])
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=build_dir) for cmd in jobs]
+    failures = []
+    for proc in procs:
+        try:
+            output, _ = proc.communicate(timeout=NVCC_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            failures.append(f"compiler timed out after {NVCC_TIMEOUT_S} s")
+            continue
+        if proc.returncode != 0:
+            failures.append(output.decode(errors="replace"))
+    if failures:
+        trimmed = trim_compiler_output("\n".join(failures))
+        error_stamp.write_text(trimmed)
+        raise CudaBuildError(trimmed)
+    message = f"compiled with nvcc for sm_{sm}; not runnable here (torch has no CUDA): not run, not verified, not timed"
+    ok_stamp.write_text(message)
+    raise CudaNotRunnable(message)
+
+
+def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
+    return bool(with_cuda) or bool(sources)
+
+
+def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callable, Callable]:
+    """Replacements for `load_inline` and `load` that build under keyed names and directories."""
+    from torch.utils import cpp_extension
+
+    original_inline, original_load = cpp_extension.load_inline, cpp_extension.load
+    inline_sig, load_sig = inspect.signature(original_inline), inspect.signature(original_load)
+    arch = target_arch()
+
+    def build(kind: str, bound: inspect.BoundArguments, spec: dict[str, Any], cpp: list[str], cuda: list[str],
+              run: Callable[[str, str], Any]) -> Any:
+        key = build_key(spec, arch)
+        name = f"kgen_{key[:20]}"
+        build_dir = cache_root() / key[:32]
+        started = time.monotonic()
+        with build_lock(build_dir):
+            try:
+                if torch.version.cuda is None and _cuda_in(cuda, bound.arguments.get("with_cuda")):
+                    _nvcc_check(build_dir, name, cpp, cuda, bound.arguments.get("functions"),
+                                _as_list(bound.arguments.get("extra_cflags")),
+                                _as_list(bound.arguments.get("extra_cuda_cflags")),
+                                _as_list(bound.arguments.get("extra_include_paths")), arch)
+                module = run(name, str(build_dir))
+            except CudaNotRunnable as e:
+                log.not_runnable = str(e)
+                log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
+                raise
+            except CudaBuildError as e:
+                log.error = str(e)
+                raise
+            except Exception as e:  # torch raises RuntimeError with the ninja/compiler output in it
+                log.error = trim_compiler_output(str(e))
+                raise CudaBuildError(log.error) from None
+        log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
+        return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
+
+    def load_inline(*args, **kwargs):
+        bound = inline_sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        cpp, cuda = _as_list(a.get("cpp_sources")), _as_list(a.get("cuda_sources"))
+        spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose")}
+
+        def run(name: str, build_dir: str):
+            return original_inline(**dict(a, name=name, build_directory=build_dir, verbose=False))
+
+        return build("load_inline", bound, spec, cpp, cuda, run)
+
+    def load(*args, **kwargs):
+        bound = load_sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        files = _as_list(a.get("sources"))
+        texts = {}
+        for f in files:
+            try:
+                texts[f] = Path(f).read_text()
+            except OSError as e:
+                raise CudaBuildError(f"cannot read source {f}: {e}") from None
+        cuda = [t for f, t in texts.items() if f.endswith((".cu", ".cuh"))]
+        cpp = [t for f, t in texts.items() if not f.endswith((".cu", ".cuh"))]
+        spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose", "sources")}
+        spec["sources"] = sorted(texts.values())
+
+        def run(name: str, build_dir: str):
+            return original_load(**dict(a, name=name, build_directory=build_dir, verbose=False))
+
+        return build("load", bound, spec, cpp, cuda, run)
+
+    return load_inline, load
+
+
+def install(log: BuildLog, count: Callable[[str], None]) -> None:
+    """Replace torch.utils.cpp_extension.load_inline/load (before the candidate is imported)."""
+    from torch.utils import cpp_extension
+
+    cpp_extension.load_inline, cpp_extension.load = keyed_builders(log, count)

@@ -1,0 +1,223 @@
+"""What a forward really does: the aten operators it calls, the kernels of its own it launches, and
+the forbidden things it starts (torch.compile, CUDA streams, threads, processes).
+
+- `OpTrace`: a TorchDispatchMode over one forward, recording every aten operator that reaches the
+  dispatcher (C++ calls from a load_inline extension included), whatever Python name reached it, so
+  `getattr(torch, "soft" + "max")` is seen as `_softmax`. Allocation, views, copies, reshapes and
+  fills are not compute and are dropped; related operators are grouped into families (mm/bmm/addmm
+  are all matmul) so a candidate cannot dodge the cover test with a sibling operator.
+- `LaunchCounter`: wraps Triton's launch entry points (compiled and interpreted) and counts the
+  launches of kernels defined in the candidate's own file; CUDA extension calls are counted by
+  kgen.cuda_build's module proxy into the same counter.
+- `ForbiddenUseRecorder`: patches the Python entry points of torch.compile, CUDA streams, threads
+  and processes before the candidate is imported, records any use whose call stack passes through
+  the candidate's file, and refuses it (a candidate's thread or child process never runs).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Operators that allocate, view, copy, reshape or fill: layout and memory, not the problem's work.
+NON_COMPUTE_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "fill_", "zero", "zero_", "scalar_tensor",
+    "arange", "linspace", "copy", "copy_", "clone", "_to_copy", "to", "contiguous", "detach", "detach_", "lift",
+    "lift_fresh", "lift_fresh_copy", "alias", "resize_", "resize_as_", "set_", "as_strided", "as_strided_",
+    "view", "_unsafe_view", "view_as", "reshape", "_reshape_alias", "flatten", "unflatten", "expand", "expand_as",
+    "permute", "transpose", "transpose_", "t", "t_", "unsqueeze", "unsqueeze_", "squeeze", "squeeze_", "select",
+    "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "cat", "stack", "constant_pad_nd",
+    "_local_scalar_dense", "item", "is_nonzero", "is_same_size", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "record_stream", "_has_compatible_shallow_copy_type", "_copy_from", "_copy_from_and_resize",
+    "_pin_memory", "pin_memory", "_make_dep_token", "_resize_output_", "resize", "unfold_copy", "_to_dense",
+    "_nested_tensor_from_tensor_list", "set_source_Storage_storage_offset_size_stride",
+}
+# Operators that do the same work under different names: a candidate covers the family with any.
+OP_FAMILIES = {
+    "matmul": {"mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "dot", "vdot", "mv", "addmv", "linear",
+               "_addmm_activation", "einsum", "tensordot", "_int_mm", "_scaled_mm", "mkldnn_linear"},
+    "convolution": {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
+                    "mkldnn_convolution", "_conv_depthwise2d", "conv_depthwise3d", "_slow_conv2d_forward",
+                    "slow_conv3d_forward", "thnn_conv2d", "_nnpack_spatial_convolution", "convolution_overrideable",
+                    "miopen_convolution", "unfold", "im2col"},
+    "softmax": {"_softmax", "softmax", "_safe_softmax", "_log_softmax", "log_softmax", "_masked_softmax"},
+    "layer_norm": {"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm", "native_group_norm",
+                   "group_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                   "batch_norm", "instance_norm"},
+    "max_pool": {"max_pool2d", "max_pool2d_with_indices", "max_pool1d", "max_pool3d", "max_pool3d_with_indices",
+                 "max_pool1d_with_indices", "adaptive_max_pool2d", "mkldnn_max_pool2d", "quantized_max_pool2d"},
+    "relu": {"relu", "relu_", "clamp", "clamp_", "clamp_min", "clamp_min_", "threshold", "threshold_", "hardtanh",
+             "hardtanh_", "relu6", "maximum"},
+}
+_FAMILY_OF = {op: family for family, ops in OP_FAMILIES.items() for op in ops}
+
+
+def op_name(func) -> str:
+    """'aten::_softmax' -> '_softmax' (overload dropped)."""
+    name = func._schema.name if hasattr(func, "_schema") else str(func)
+    return name.split("::", 1)[-1]
+
+
+def compute_family(name: str) -> Optional[str]:
+    """The family a compute operator belongs to, or None for non-compute operators."""
+    if name in NON_COMPUTE_OPS or name.rstrip("_") in NON_COMPUTE_OPS:
+        return None
+    return _FAMILY_OF.get(name, _FAMILY_OF.get(name.rstrip("_"), name.rstrip("_")))
+
+
+class OpTrace(TorchDispatchMode):
+    """Records the aten operators called while active, except while `paused` (inside Triton's own
+    launch machinery, whose interpreter moves tensors with torch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+        self.paused = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused:
+            self.ops.append(op_name(func))
+        return func(*args, **(kwargs or {}))
+
+    def compute_ops(self) -> list[str]:
+        return sorted({name for name in self.ops if compute_family(name) is not None})
+
+    def compute_families(self) -> set[str]:
+        return {f for f in (compute_family(name) for name in self.ops) if f is not None}
+
+
+def covers_reference(candidate_families: set[str], reference_families: set[str]) -> bool:
+    """True when the candidate calls torch for every kind of compute the reference does."""
+    return bool(reference_families) and reference_families <= candidate_families
+
+
+def _defined_in(fn, filename: str) -> bool:
+    inner = getattr(fn, "fn", fn)
+    while hasattr(inner, "fn") and not hasattr(inner, "__code__"):
+        inner = inner.fn
+    code = getattr(inner, "__code__", None)
+    return code is not None and code.co_filename == filename
+
+
+def _from_file(filename: str) -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@dataclass
+class LaunchCounter:
+    """Counts launches of kernels the candidate's file defines (Triton) or built (CUDA extensions)."""
+
+    candidate_file: str
+    launches: int = 0
+    trace: Optional[OpTrace] = None
+    names: list[str] = field(default_factory=list)
+
+    def count(self, name: str) -> None:
+        self.launches += 1
+        if name not in self.names:
+            self.names.append(name)
+
+    def install(self) -> None:
+        """Wrap the `run` of Triton's JITFunction and InterpretedFunction (what `kernel[grid](...)`
+        and the autotuner call); import triton first, so the candidate gets the wrapped classes."""
+        try:
+            from triton.runtime import jit as triton_jit
+        except ImportError:
+            return
+        classes = [triton_jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except ImportError:
+            pass
+        for cls in classes:
+            cls.run = self._wrap_run(cls.run)
+
+    def _wrap_run(self, original: Callable) -> Callable:
+        counter = self
+
+        def run(fn_self, *args, **kwargs):
+            if not kwargs.get("warmup", False) and _defined_in(fn_self, counter.candidate_file):
+                counter.count(getattr(getattr(fn_self, "fn", None), "__name__", "triton kernel"))
+            if counter.trace is not None:
+                counter.trace.paused += 1
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                if counter.trace is not None:
+                    counter.trace.paused -= 1
+
+        run.__wrapped__ = original
+        return run
+
+
+class ForbiddenUse(PermissionError):
+    """Raised into a candidate that tries something candidates may not do."""
+
+
+@dataclass
+class ForbiddenUseRecorder:
+    """Records (and refuses) torch.compile, CUDA streams, threads and processes started from the
+    candidate's file. Uses from torch's or triton's own code (no candidate frame on the stack) pass."""
+
+    candidate_file: str
+    uses: list[str] = field(default_factory=list)
+
+    def _guard(self, what: str, original: Callable, refuse: bool = True) -> Callable:
+        recorder = self
+
+        def guarded(*args, **kwargs):
+            if _from_file(recorder.candidate_file):
+                if what not in recorder.uses:
+                    recorder.uses.append(what)
+                if refuse:
+                    raise ForbiddenUse(f"kgen: candidates may not {what}")
+            return original(*args, **kwargs)
+
+        guarded.__wrapped__ = original
+        return guarded
+
+    def install(self) -> None:
+        import multiprocessing.process
+        import os
+        import subprocess
+        import threading
+
+        torch.compile = self._guard("call torch.compile", torch.compile)
+        dynamo = sys.modules.get("torch._dynamo")  # imported lazily; importing it here costs seconds
+        if dynamo is not None:
+            dynamo.optimize = self._guard("call torch._dynamo.optimize", dynamo.optimize)
+        streams = torch.cuda.streams if hasattr(torch.cuda, "streams") else None
+        for owner in filter(None, (torch.cuda, streams)):
+            for name, what in (("Stream", "create a CUDA stream"), ("ExternalStream", "use an external CUDA stream")):
+                cls = getattr(owner, name, None)
+                if isinstance(cls, type) and "__new__" in cls.__dict__:
+                    cls.__new__ = staticmethod(self._guard(what, cls.__dict__["__new__"]))
+        for name in ("set_stream", "stream"):
+            if hasattr(torch.cuda, name):
+                setattr(torch.cuda, name, self._guard("switch CUDA streams", getattr(torch.cuda, name)))
+        threading.Thread.start = self._guard("start a thread", threading.Thread.start)
+        multiprocessing.process.BaseProcess.start = self._guard("start a process",
+                                                                multiprocessing.process.BaseProcess.start)
+        subprocess.Popen.__init__ = self._guard("start a process", subprocess.Popen.__init__)
+        for name in ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve",
+                     "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnvp",
+                     "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe"):
+            if hasattr(os, name):
+                setattr(os, name, self._guard("start a process", getattr(os, name)))
+        try:
+            import _thread
+            _thread.start_new_thread = self._guard("start a thread", _thread.start_new_thread)
+            _thread.start_new = self._guard("start a thread", getattr(_thread, "start_new", _thread.start_new_thread))
+        except (ImportError, AttributeError):
+            pass

@@ -1,0 +1,235 @@
+"""Subprocess isolation: run one job of `kgen.eval_worker` in a fresh process the caller survives.
+
+The child starts in its own session (so its process group, children included, dies with one
+`killpg`), in a fresh temporary working directory, with an environment scrubbed of secrets, with
+no network and in its own PID namespace where `unshare` allows it (so even a child that calls
+setsid() dies when the worker does), with core dumps off and a cap on file sizes. Its stdout and
+stderr go to files the candidate cannot find from its working directory and are read back
+truncated. The job goes in on stdin; the result comes back through an unlinked temporary file
+passed as an inherited descriptor, authenticated with an HMAC keyed by a per-run nonce, so a
+candidate that prints or writes a "result" of its own and exits gets a runtime_error, not a pass.
+
+A candidate runs in the same interpreter as the worker, so a candidate written against kgen's own
+internals could still find the nonce in memory; the HMAC stops forgeries that do not, and every
+check the worker makes uses functions captured before the candidate was imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+# Substrings of environment variable names that are never passed to a candidate.
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+SECRET_NAME_PREFIXES = ("OPENAI_",)
+OUTPUT_TAIL_BYTES = 16_000
+RESULT_MAX_BYTES = 4 << 20
+# Caps on what a candidate may write: enough for CUDA builds and Triton caches, not for filling a disk.
+FILE_SIZE_LIMIT_BYTES = 2 << 30
+
+
+def scrubbed_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """This process's environment without anything that looks like a credential."""
+    env = {name: value for name, value in os.environ.items()
+           if not any(part in name.upper() for part in SECRET_NAME_PARTS)
+           and not name.upper().startswith(SECRET_NAME_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+@functools.lru_cache(maxsize=4)
+def isolation_prefix(device: str) -> tuple[str, ...]:
+    """The `unshare` command line that gives the child no network and its own PID namespace (with its
+    own /proc, so no other process's environment can be read), or ()
+    where the OS refuses (no user namespaces, seccomp ...). Checked once per process; on a GPU the
+    probe also initializes the CUDA driver inside the namespaces, so they never cost us the GPU.
+    KGEN_SANDBOX_NAMESPACES=0 turns them off."""
+    if os.environ.get("KGEN_SANDBOX_NAMESPACES", "1") == "0" or not shutil.which("unshare"):
+        return ()
+    probe = [sys.executable, "-c", "import ctypes,sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"] \
+        if device.startswith("cuda") else ["true"]
+    pid = ["--fork", "--pid", "--kill-child"]
+    candidates = [("unshare", *pid, "--mount-proc", "--net"), ("unshare", "--map-root-user", *pid, "--mount-proc", "--net"),
+                  ("unshare", *pid, "--net"), ("unshare", "--map-root-user", *pid, "--net"),
+                  ("unshare", "--net"), ("unshare", "--map-root-user", "--net")]
+    for prefix in candidates:
+        try:
+            done = subprocess.run([*prefix, "--", *probe], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return prefix
+    return ()
+
+
+@dataclass
+class SandboxRun:
+    """How one child run ended, and the result it sent (None when it sent no valid one)."""
+
+    result: Optional[dict[str, Any]]
+    returncode: Optional[int]
+    timed_out: bool
+    wall_s: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    isolation: list[str] = field(default_factory=list)
+    result_problem: str = ""  # why `result` is None although the child exited
+
+    def exit_description(self) -> str:
+        rc = self.returncode
+        if self.timed_out:
+            return f"killed after the {self.wall_s:.0f} s time limit"
+        if rc is None:
+            return "did not finish"
+        if rc < 0 or rc > 128 and rc - 128 in signal.Signals._value2member_map_:
+            sig = -rc if rc < 0 else rc - 128
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = str(sig)
+            return f"killed by signal {name}"
+        return f"exited with status {rc}"
+
+
+def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if size > limit:
+                f.seek(size - limit)
+            data = f.read(limit)
+    except OSError:
+        return ""
+    text = data.decode(errors="replace")
+    return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
+
+
+def limit_own_resources(memory_limit_bytes: Optional[int]) -> None:
+    """Called by the worker on itself before any candidate code runs."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES))
+    if memory_limit_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+
+
+def cpu_memory_limit_bytes() -> Optional[int]:
+    """Address-space cap for CPU evaluations (a CUDA process maps far more than it uses, so none
+    there): KGEN_EVAL_MEMORY_GB, else 3/4 of this machine's memory, so a candidate allocating huge
+    tensors fails with an error in its own process instead of waking the OOM killer."""
+    if os.environ.get("KGEN_EVAL_MEMORY_GB"):
+        return int(float(os.environ["KGEN_EVAL_MEMORY_GB"]) * (1 << 30))
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+    return max(total * 3 // 4, 4 << 30)
+
+
+def sign(payload: bytes, nonce: str) -> str:
+    return hmac.new(nonce.encode(), payload, hashlib.sha256).hexdigest()
+
+
+def run_worker(job: dict[str, Any], timeout_s: float, device: str, extra_env: Optional[dict[str, str]] = None,
+               workdir_parent: Optional[str] = None) -> SandboxRun:
+    """Run `python -m kgen.eval_worker` on `job` in a fresh, isolated process; never raises for
+    anything the child does."""
+    nonce = secrets.token_hex(32)
+    private = Path(tempfile.mkdtemp(prefix="kgen-eval-io-"))  # logs: outside the child's cwd
+    workdir = Path(tempfile.mkdtemp(prefix="kgen-eval-", dir=workdir_parent))
+    result_file = tempfile.TemporaryFile(dir=private)
+    result_fd = result_file.fileno()
+    stdout_path, stderr_path = private / "stdout", private / "stderr"
+    env = scrubbed_env(extra_env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parent.parent),
+                                                    env.get("PYTHONPATH", "")] if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TMPDIR"] = str(workdir)
+    prefix = isolation_prefix(device)
+    memory_limit = cpu_memory_limit_bytes() if device == "cpu" else None
+    payload = json.dumps(dict(job, result_fd=result_fd, nonce=nonce, workdir=str(workdir),
+                              memory_limit_bytes=memory_limit)).encode()
+    started = time.monotonic()
+    timed_out = False
+    proc = None
+    try:
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(_command(prefix),
+                                    stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
+                                    pass_fds=(result_fd,), start_new_session=True)
+            try:
+                proc.stdin.write(payload)
+                proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass  # it died at once; its exit status says how
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        if proc is not None:
+            _kill_group(proc)
+    wall_s = time.monotonic() - started
+    result, problem = _read_result(result_file, nonce)
+    result_file.close()
+    run = SandboxRun(result=None if timed_out else result, returncode=proc.returncode if proc else None,
+                     timed_out=timed_out, wall_s=wall_s, stdout_tail=_tail(stdout_path),
+                     stderr_tail=_tail(stderr_path), isolation=list(prefix), result_problem=problem)
+    shutil.rmtree(private, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return run
+
+
+def _command(prefix: tuple[str, ...]) -> list[str]:
+    worker = [sys.executable, "-m", "kgen.eval_worker"]
+    if "--pid" in prefix:
+        # A shell is the namespace's init, the worker its child: init ignores signals it has no handler
+        # for (a candidate's os.kill(os.getpid(), SIGKILL) would do nothing), and when init exits the
+        # kernel kills everything left in the namespace.
+        return [*prefix, "--", "/bin/sh", "-c", '"$@"; exit $?', "sh", *worker]
+    return [*prefix, "--", *worker] if prefix else worker
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (its own children too), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _read_result(result_file, nonce: str) -> tuple[Optional[dict[str, Any]], str]:
+    try:
+        result_file.seek(0)
+        data = result_file.read(RESULT_MAX_BYTES + 1)
+    except OSError as e:
+        return None, f"its result could not be read: {e}"
+    if not data:
+        return None, "it sent no result"
+    if len(data) > RESULT_MAX_BYTES:
+        return None, "its result was too large"
+    try:
+        envelope = json.loads(data)
+        body = envelope["body"].encode()
+        if not hmac.compare_digest(envelope["mac"], sign(body, nonce)):
+            return None, "its result was not signed by the worker (forged)"
+        return json.loads(body), ""
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, "its result was garbled"

@@ -1,0 +1,162 @@
+"""Static checks on a candidate's source, before any of it runs: it parses, defines `ModelNew`,
+defines a kernel of its own and launches it, and names none of the things a candidate may not use
+(torch.compile, CUDA streams, threads, processes).
+
+These read the syntax tree, so `getattr(torch, "com" + "pile")` slips past them: every rule here is
+enforced again at run time (kgen.op_trace records what the candidate really calls). They exist to
+reject the plain cases fast, without a process, and to give the LLM a precise message.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+TRITON_DECORATORS = {"jit", "autotune", "heuristics"}
+CUDA_BUILDERS = {"load_inline", "load"}
+# Dotted names (as written, after import aliases are resolved) that a candidate must not touch.
+FORBIDDEN_NAMES = {
+    "torch.compile": "calls torch.compile (the baseline it is compared with)",
+    "torch._dynamo": "uses torch._dynamo (torch.compile's compiler)",
+    "torch._inductor": "uses torch._inductor (torch.compile's code generator)",
+    "torch.cuda.Stream": "creates a CUDA stream (side-stream work escapes timing)",
+    "torch.cuda.stream": "switches CUDA streams (side-stream work escapes timing)",
+    "torch.cuda.ExternalStream": "uses an external CUDA stream",
+    "torch.cuda.set_stream": "switches CUDA streams",
+    "torch.Stream": "creates a stream",
+    "threading": "uses threads",
+    "_thread": "uses threads",
+    "multiprocessing": "starts processes",
+    "concurrent.futures": "uses thread or process pools",
+    "subprocess": "starts processes",
+    "os.fork": "forks processes",
+    "os.forkpty": "forks processes",
+    "os.system": "runs shell commands",
+    "os.popen": "runs shell commands",
+    "os.posix_spawn": "starts processes",
+    "os.posix_spawnp": "starts processes",
+}
+CUDA_SOURCE_FORBIDDEN = {
+    r"\bcudaStreamCreate\w*": "creates a CUDA stream in its CUDA source (side-stream work escapes timing)",
+    r"\bgetStreamFromPool\b": "takes a side stream from the pool in its CUDA source",
+    r"\bcudaDeviceReset\b": "resets the device in its CUDA source",
+    r"\bstd::thread\b": "starts threads in its CUDA source",
+}
+
+
+@dataclass(frozen=True)
+class StaticVerdict:
+    """None-or-message verdict of the static checks, and what was learned on the way."""
+
+    rejection: Optional[str]
+    language: str
+    triton_kernels: tuple[str, ...] = ()
+
+
+def detect_language(source: str) -> str:
+    """'cuda' for load_inline/load with CUDA C++ (a `__global__` function), 'triton' for @triton.jit
+    kernels, else 'unknown'."""
+    if "__global__" in source and re.search(r"\bload(_inline)?\s*\(", source):
+        return "cuda"
+    if re.search(r"^\s*import\s+triton|^\s*from\s+triton\b", source, re.M) and re.search(
+            r"@\s*(triton\s*\.\s*)?(jit|autotune|heuristics)\b", source):
+        return "triton"
+    if "__global__" in source:
+        return "cuda"
+    return "unknown"
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted module path it stands for (`import torch.cuda as tc`, `from os import fork`)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    names[a.asname] = a.name
+                else:
+                    top = a.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> Optional[str]:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(aliases.get(node.id, node.id))
+    return ".".join(reversed(parts))
+
+
+def _forbidden_use(tree: ast.Module, aliases: dict[str, str]) -> Optional[str]:
+    imported = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, (ast.Attribute, ast.Name)):
+            name = _dotted(node, aliases)
+            if name:
+                imported.append(name)
+    for name in imported:
+        for forbidden, why in FORBIDDEN_NAMES.items():
+            if name == forbidden or name.startswith(forbidden + "."):
+                return f"{why}: '{name}' is not allowed in a candidate"
+    return None
+
+
+def _string_constants(tree: ast.Module) -> list[str]:
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _is_triton_decorator(dec: ast.AST, aliases: dict[str, str]) -> bool:
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    name = _dotted(target, aliases) or ""
+    return name.split(".")[-1] in TRITON_DECORATORS and ("triton" in name or name in TRITON_DECORATORS)
+
+
+def check_source(source: str) -> StaticVerdict:
+    """The static verdict on a candidate source: `rejection` is None when it may run."""
+    language = detect_language(source)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return StaticVerdict(f"syntax error on line {e.lineno}: {e.msg}", language)
+    except (ValueError, RecursionError) as e:
+        return StaticVerdict(f"the source does not parse: {e}", language)
+    aliases = _aliases(tree)
+    defines_model = any((isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+                        or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ModelNew"
+                                                              for t in n.targets))
+                        for n in tree.body)
+    if not defines_model:
+        return StaticVerdict("defines no ModelNew class (a candidate must define class ModelNew(nn.Module))", language)
+    forbidden = _forbidden_use(tree, aliases)
+    if forbidden:
+        return StaticVerdict(forbidden, language)
+    strings = _string_constants(tree)
+    for pattern, why in CUDA_SOURCE_FORBIDDEN.items():
+        if any(re.search(pattern, s) for s in strings):
+            return StaticVerdict(why, language)
+    kernels = tuple(n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                    and any(_is_triton_decorator(d, aliases) for d in n.decorator_list))
+    builds_cuda = any(isinstance(n, ast.Call) and (_dotted(n.func, aliases) or "").split(".")[-1] in CUDA_BUILDERS
+                      for n in ast.walk(tree)) and any("__global__" in s for s in strings)
+    if not kernels and not builds_cuda:
+        return StaticVerdict("defines no kernel of its own (a @triton.jit function, or CUDA C++ with a __global__ "
+                             "function built by load_inline)", language)
+    if kernels and not builds_cuda:
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if not used.intersection(kernels):
+            return StaticVerdict(f"defines Triton kernel(s) {', '.join(kernels)} but never launches one", language,
+                                 kernels)
+    return StaticVerdict(None, language, kernels)
