@@ -71,6 +71,78 @@ def problems_cmd(size: str = SizeOption) -> None:
                       f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s (measured)")
 
 
+@app.command("eval")
+def eval_cmd(
+    problem: str = typer.Argument(..., help="a bundled problem name or a KernelBench-format file"),
+    candidate: str = typer.Argument(..., help="the candidate: a Python file defining ModelNew"),
+    json_out: bool = typer.Option(False, "--json", help="print one JSON object (the evaluation's fields)"),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda | cpu (default: cuda if available, else cpu)"),
+    size: Optional[str] = typer.Option(None, "--size", help="full | small (default: full on cuda, small on cpu)"),
+    timeout: float = typer.Option(300.0, "--timeout", help="seconds the evaluation may take"),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="relative tolerance (default 1e-5 fp32, 1e-2 fp16/bf16)"),
+    db: Optional[str] = typer.Option(None, "--db", help="a results DB to take (or store) the eager and torch.compile "
+                                                        "baselines from; without it they are not timed"),
+) -> None:
+    """Evaluate one candidate: static checks, compile, verify against the reference and (on a GPU) time it."""
+    import json
+    from pathlib import Path
+
+    from kgen.evaluate import evaluate_candidate
+    from kgen.problems import load_problem
+    from kgen.records import EvalSettings
+
+    path = Path(candidate)
+    if not path.is_file():
+        raise KgenError(f"candidate file not found: {candidate}")
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KgenError(f"cannot read candidate file {candidate}: {e}") from e
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if timeout <= 0:
+        raise KgenError("--timeout must be positive")
+    if rtol is not None and not 0 < rtol < 1:
+        raise KgenError("--rtol must be between 0 and 1")
+    size = size or ("small" if device == "cpu" else "full")
+    loaded = load_problem(problem, size)
+    settings = EvalSettings(device=device, size=size, timeout_s=timeout, rtol=rtol)
+    if db is not None and device != "cpu":
+        from kgen.baselines import get_baselines
+        from kgen.db import open_db
+
+        baselines = get_baselines(open_db(db), loaded, device)
+        if baselines is not None:
+            settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
+    result = evaluate_candidate(loaded, source, settings)
+    if json_out:
+        print(json.dumps(result.to_dict(), default=str))
+        return
+    style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
+    console.print(f"[{style}]{result.outcome}[/] {loaded.name} ({loaded.size}) on {result.device}: "
+                  f"{result.language or 'unknown language'}", highlight=False)
+    if result.message:
+        console.print(result.message, highlight=False, markup=False, soft_wrap=True)
+    if result.norm_rel_err is not None:
+        console.print(f"error: normwise {result.norm_rel_err:.3g}, max abs {result.max_abs_err:.3g}, "
+                      f"max rel {result.max_rel_err:.3g} (rtol {result.rtol:g}, atol {result.atol:.3g})", highlight=False)
+    if result.torch_ops:
+        console.print(f"torch operators still called: {', '.join(result.torch_ops)}", highlight=False)
+    if result.runtime_ms is not None:
+        parts = [f"runtime {result.runtime_ms:.4g} ms"]
+        if result.eager_ms:
+            parts.append(f"eager {result.eager_ms:.4g} ms ({result.speedup_eager:.2f}x)")
+        if result.compile_ms:
+            parts.append(f"torch.compile {result.compile_ms:.4g} ms ({result.speedup_compile:.2f}x)")
+        if result.roofline_pct is not None:
+            parts.append(f"{result.roofline_pct:.0f}% of roofline")
+        console.print(", ".join(parts), highlight=False)
+    elif result.outcome == "correct":
+        console.print("untimed: no GPU, so no runtime, speedups or roofline %", highlight=False)
+
+
 @app.command("search")
 def search_cmd(
     problem: Optional[str] = typer.Option(None, "--problem", "-p", help="a bundled problem name or a KernelBench-format file"),

@@ -177,8 +177,19 @@ def _as_list(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def _cxx_standard() -> str:
+    """The C++ standard this torch's own extension builds use (c++20 from torch 2.10 on)."""
+    from torch.utils import cpp_extension
+
+    try:
+        return "c++20" if "-std=c++20" in inspect.getsource(cpp_extension) else "c++17"
+    except (OSError, TypeError):
+        return "c++17"
+
+
 def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources: list[str], functions: Any,
-                cflags: list[str], cuda_cflags: list[str], include_paths: list[str], arch: str) -> None:
+                cflags: list[str], cuda_cflags: list[str], include_paths: list[str], arch: str,
+                implicit_headers: bool = True) -> None:
     """Compile without a CUDA torch: nvcc -c for the CUDA sources, c++ -fsyntax-only for the C++ ones
     (with the pybind bindings load_inline would add). Raises CudaBuildError or CudaNotRunnable; the
     verdict is cached as a file in build_dir."""
@@ -195,14 +206,15 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
     includes = [f"-I{p}" for p in [*torch_include_paths(), sysconfig.get_paths()["include"], *include_paths]]
     sm = arch.replace(".", "")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    std = _cxx_standard()
     jobs = []
     if cuda_sources:
         cu = build_dir / "cuda.cu"
-        cu.write_text("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
-                      + "\n".join(cuda_sources))
+        headers = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" if implicit_headers else ""
+        cu.write_text(headers + "\n".join(cuda_sources))
         arch_flags = [] if any(f.startswith(("-gencode", "--gpu-architecture", "-arch")) for f in cuda_cflags) \
             else [f"-arch=sm_{sm}"]
-        jobs.append([nvcc, "-c", str(cu), "-o", str(build_dir / "cuda.o"), "-std=c++17", "--expt-relaxed-constexpr",
+        jobs.append([nvcc, "-c", str(cu), "-o", str(build_dir / "cuda.o"), f"-std={std}", "--expt-relaxed-constexpr",
                      *arch_flags, *defines, *includes, *cuda_cflags])
     if cpp_sources:
         bindings = ""
@@ -211,10 +223,11 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
             bindings = "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + "".join(
                 f'm.def("{fn}", &{fn}, "{doc}");\n' for fn, doc in names) + "}\n"
         cpp = build_dir / "main.cpp"
-        cpp.write_text("#include <torch/extension.h>\n" + "\n".join(cpp_sources) + bindings)
+        cpp.write_text(("#include <torch/extension.h>\n" if implicit_headers else "") + "\n".join(cpp_sources)
+                       + bindings)
         cxx = shutil.which("c++") or shutil.which("g++")
         if cxx:
-            jobs.append([cxx, "-fsyntax-only", "-std=c++17", str(cpp), *defines, *includes,
+            jobs.append([cxx, "-fsyntax-only", f"-std={std}", str(cpp), *defines, *includes,
                          *[f for f in cflags if f.startswith(("-D", "-I", "-std"))]])
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=build_dir) for cmd in jobs]
     failures = []
@@ -261,7 +274,8 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                     _nvcc_check(build_dir, name, cpp, cuda, bound.arguments.get("functions"),
                                 _as_list(bound.arguments.get("extra_cflags")),
                                 _as_list(bound.arguments.get("extra_cuda_cflags")),
-                                _as_list(bound.arguments.get("extra_include_paths")), arch)
+                                _as_list(bound.arguments.get("extra_include_paths")), arch,
+                                kind == "load_inline" and not bound.arguments.get("no_implicit_headers", False))
                 module = run(name, str(build_dir))
             except CudaNotRunnable as e:
                 log.not_runnable = str(e)
@@ -275,6 +289,10 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                 raise CudaBuildError(log.error) from None
         log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
         return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
+
+    from kgen.op_trace import trust
+
+    trust(build)
 
     def load_inline(*args, **kwargs):
         bound = inline_sig.bind(*args, **kwargs)

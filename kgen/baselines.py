@@ -1,0 +1,82 @@
+"""Baselines: the reference timed eager, under torch.compile and torch.compile(max-autotune), by the
+same timing code as candidates, in a child process, cached in the DB's `baselines` table per
+(problem hash, size, device, torch version, triton version).
+
+Eager runs with PyTorch's defaults as users get them (TF32 off for matmul, on for cuDNN
+convolutions); the flags in force are stored with the row.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Optional
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from kgen.db import Baseline, Database
+from kgen.problems import Problem
+from kgen.sandbox import run_worker
+
+BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def _device_key(device: str) -> Optional[str]:
+    """The GPU's name for 'cuda'/'cuda:N', the name itself when given one, None for the CPU."""
+    if device == "cpu":
+        return None
+    if device == "cuda" or device.startswith("cuda:"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.get_device_name(torch.device(device))
+    return device
+
+
+def _cached(db: Database, problem: Problem, device_name: str, torch_version: str,
+            triton_version: str) -> Optional[Baseline]:
+    with db.reader() as s:
+        return s.scalars(select(Baseline).where(
+            Baseline.problem_hash == problem.source_hash, Baseline.size == problem.size,
+            Baseline.device == device_name, Baseline.torch_version == torch_version,
+            Baseline.triton_version == triton_version)).first()
+
+
+def get_baselines(db: Database, problem: Problem, device: str) -> Optional[tuple[Optional[float], Optional[float],
+                                                                           Optional[float]]]:
+    """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
+    name), from the DB or measured now and stored; None on the CPU (no times are claimed there)."""
+    device_name = _device_key(device)
+    if device_name is None:
+        return None
+    import torch
+
+    torch_version, triton_version = torch.__version__, _version("triton")
+    row = _cached(db, problem, device_name, torch_version, triton_version)
+    if row is None:
+        job = {"mode": "baseline", "problem_path": str(problem.path), "size": problem.size, "device": "cuda"}
+        run = run_worker(job, BASELINE_TIMEOUT_S, "cuda")
+        if run.result is None or run.result.get("outcome") == "runtime_error":
+            return None
+        sent = run.result
+        settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
+        try:
+            with db.session() as s:
+                s.add(Baseline(problem=problem.name, problem_hash=problem.source_hash, size=problem.size,
+                               device=device_name, torch_version=torch_version, triton_version=triton_version,
+                               eager_ms=sent.get("eager_ms"), compile_ms=sent.get("compile_ms"),
+                               compile_max_autotune_ms=sent.get("compile_max_autotune_ms"), settings=settings))
+        except IntegrityError:  # another process stored the same baseline first: use theirs
+            pass
+        row = _cached(db, problem, device_name, torch_version, triton_version)
+        if row is None:
+            return sent.get("eager_ms"), sent.get("compile_ms"), sent.get("compile_max_autotune_ms")
+    return row.eager_ms, row.compile_ms, row.compile_max_autotune_ms
