@@ -380,11 +380,11 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
     ])
 
 
-TEST_TEMPLATE = '''"""Checks {module}.py against the reference ({problem}) on fresh random inputs. Written by kgen export.
+TEST_TEMPLATE = '''"""Checks {module}.py against the reference ({problem}) on fresh random inputs.
 
-With a GPU it runs at the problem's full size; without one, at its small size under Triton's
-interpreter (TRITON_INTERPRET=1; a CUDA C++ kernel is skipped there). Tolerance: the one kgen
-verified the kernel at (rtol {rtol:g}, atol {atol:g}).
+Written by kgen export. With a GPU it runs at the problem's full size; without one, at its small
+size under Triton's interpreter (TRITON_INTERPRET=1; a CUDA C++ kernel is skipped there).
+Tolerance: the one kgen verified the kernel at (rtol {rtol:g}, atol {atol:g}).
 """
 import os
 import sys

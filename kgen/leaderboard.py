@@ -115,7 +115,7 @@ def fmt_pct(v: Optional[float]) -> str:
 
 
 def fmt_tol(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:g}"
+    return "-" if v is None else f"{v:.3g}"
 
 
 def fmt_when(t: Optional[dt.datetime]) -> str:
@@ -305,7 +305,8 @@ def render_detail(detail: CandidateDetail, console) -> None:
     from rich.tree import Tree
 
     c = detail.candidate
-    head = [f"[bold]candidate {c.id}[/bold]  {c.problem} · {c.language} · run {c.run_id if c.run_id is not None else '-'}"
+    run = c.run_id if c.run_id is not None else "-"
+    head = [f"[bold]candidate {c.id}[/bold]  {escape(c.problem)} · {c.language} · run {run}"
             f" · round {c.round if c.round is not None else '-'} · {escape(fmt_proposer(c.proposer, c.model))}"
             f" · {fmt_when(c.created_at)}"]
     if c.origin:

@@ -31,6 +31,7 @@ OUTCOME_COLORS = {
     "timeout": "#666666",
     "compile_error": "#e6ab02",
     "static_reject": "#a6761d",
+    "not_run": "#66a61e",
     "no_code": "#bbbbbb",
 }
 NO_TIMINGS = ("No timings: {what} evaluated without a GPU (under Triton's interpreter), so there are no "

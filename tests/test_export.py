@@ -85,7 +85,8 @@ def test_the_module_imports_nothing_of_kgen_drops_kgen_settings_and_states_its_p
     assert "kgen" not in imported and imported <= {"torch", "triton", "os"}
     assert "KGEN_TUNABLE" not in text and "BLOCK_SIZE = 4096" in text and "NUM_WARPS = 16" in text
     doc = ast.get_docstring(tree)
-    for needle in ("softmax: a Triton kernel", f"candidate     {ids['softmax_best']}: run {ids['softmax_run']}, round 2",
+    for needle in ("softmax: a Triton kernel",
+                   f"candidate     {ids['softmax_best']}: run {ids['softmax_run']}, round 2",
                    f"device        {H100}", "torch 2.5.1+cu124, triton 3.1.0, CUDA 12.4", "runtime       0.810 ms",
                    "1.620 ms (2.00x faster)", "1.180 ms (1.46x faster) (torch.compile)", "roofline      84.0%",
                    "rtol 1e-05, atol 1e-05", "by kgen 0.1.0", "16 warps: two rows per SM stay in L2",
@@ -169,7 +170,8 @@ def test_export_refuses_what_it_cannot_stand_behind(results, out_dir):
          f"e.g. kgen export {ids['conv_best']} -o ..."),
         (["export", "matmul", "-o", str(out_dir / "m.py")], "no correct candidate for problem 'matmul'"),
         (["export", str(ids["softmax_compile_error"]), "-o", str(out_dir / "x.py")],
-         f"candidate {ids['softmax_compile_error']} has no correct evaluation (its latest evaluation is compile_error)"),
+         f"candidate {ids['softmax_compile_error']} has no correct evaluation "
+         "(its latest evaluation is compile_error)"),
         (["export", str(ids["softmax_suspicious"]), "-o", str(out_dir / "x.py")], "latest evaluation is suspicious"),
         (["export", "4242", "-o", str(out_dir / "x.py")], "no candidate with id 4242"),
         (["export", "softmax", "-o", str(out_dir / "softmax-kernel.py")], "-o must name an importable Python file"),
@@ -190,7 +192,8 @@ def test_a_candidate_whose_names_clash_with_the_entry_point_gets_a_distinct_one(
                              round_index=None, problem="softmax", problem_hash=p.source_hash)
     store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small"))
     db.close()
-    r = run_kgen("export", str(cid), "-o", str(out_dir / "clash.py"), "--with-test", "--db", str(tmp_path / "clash.db"))
+    r = run_kgen("export", str(cid), "-o", str(out_dir / "clash.py"), "--with-test",
+                 "--db", str(tmp_path / "clash.db"))
     assert r.returncode == 0 and "the entry point is 'softmax_forward'" in r.stdout
     assert run_isolated(out_dir, "pytest", "test_clash.py").returncode == 0
 

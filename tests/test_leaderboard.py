@@ -87,8 +87,9 @@ def test_show_on_the_cli_prints_idea_evaluation_lineage_and_source(results):
     path, ids = results
     r = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env=WIDE)
     assert r.returncode == 0, r.stderr
-    for needle in ("16 warps: two rows per SM stay in L2", "correct", "0.810", "2.00x", f"lineage of {ids['softmax_best']}",
-                   "starter: online two-pass softmax", "_softmax_online_kernel", "class ModelNew"):
+    for needle in ("16 warps: two rows per SM stay in L2", "correct", "0.810", "2.00x",
+                   f"lineage of {ids['softmax_best']}", "starter: online two-pass softmax", "_softmax_online_kernel",
+                   "class ModelNew"):
         assert needle in r.stdout, needle
 
 
