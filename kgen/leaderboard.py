@@ -314,15 +314,29 @@ def render_detail(detail: CandidateDetail, console) -> None:
     head.append(f"idea: {escape(c.idea or '(none recorded)')}")
     console.print(Panel("\n".join(head), expand=False), highlight=False)
 
+    # one column per evaluation, one row per field: readable on a narrow terminal too
     table = Table(title="evaluations")
-    for col in ("eval", "device", "size", "outcome", "runtime ms", "eager ms", "compile ms", "vs eager",
-                "vs compile", "roofline", "max abs err", "rtol", "atol", "torch ops", "when"):
-        table.add_column(col, overflow="fold")
+    table.add_column("")
     for e in detail.evaluations:
-        table.add_row(str(e.id), e.device, e.size, e.outcome, fmt_ms(e.runtime_ms), fmt_ms(e.eager_ms),
-                      fmt_ms(e.compile_ms), fmt_x(e.speedup_eager), fmt_x(e.speedup_compile), fmt_pct(e.roofline_pct),
-                      "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}", fmt_tol(e.rtol), fmt_tol(e.atol),
-                      ", ".join(e.torch_ops or []) or "-", fmt_when(e.created_at))
+        table.add_column(f"eval {e.id}", overflow="fold")
+    fields = [
+        ("device", lambda e: f"{e.device} ({e.size} size)"),
+        ("outcome", lambda e: e.outcome),
+        ("runtime", lambda e: f"{fmt_ms(e.runtime_ms)} ms" if e.runtime_ms is not None else "not timed"),
+        ("eager", lambda e: f"{fmt_ms(e.eager_ms)} ms ({fmt_x(e.speedup_eager)})" if e.eager_ms is not None else "-"),
+        ("torch.compile", lambda e: f"{fmt_ms(e.compile_ms)} ms ({fmt_x(e.speedup_compile)})"
+         if e.compile_ms is not None else "-"),
+        ("roofline", lambda e: fmt_pct(e.roofline_pct)),
+        ("max abs err", lambda e: "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}"),
+        ("tolerance", lambda e: f"rtol {fmt_tol(e.rtol)}, atol {fmt_tol(e.atol)}"),
+        ("torch ops", lambda e: ", ".join(e.torch_ops or []) or "-"),
+        ("versions", lambda e: ", ".join(f"{k} {v}" for k, v in (("torch", e.torch_version),
+                                                                 ("triton", e.triton_version),
+                                                                 ("CUDA", e.cuda_version)) if v) or "-"),
+        ("when", lambda e: fmt_when(e.created_at)),
+    ]
+    for name, value in fields:
+        table.add_row(name, *(escape(value(e)) for e in detail.evaluations))
     console.print(table if detail.evaluations else "not evaluated yet")
     for e in detail.evaluations:
         if e.message and e.outcome != "correct":
