@@ -20,7 +20,7 @@ import secrets
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 
 def _result_sender(fd: int, nonce: str):
@@ -46,9 +46,43 @@ def _result_sender(fd: int, nonce: str):
 
 
 def _tail_of_traceback(exc: BaseException, limit: int = 12) -> str:
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    text = "".join(lines)
-    return "\n".join(text.strip().splitlines()[-limit:])
+    """The exception in one line, then the last lines of its traceback."""
+    frames = "".join(traceback.format_tb(exc.__traceback__)).strip().splitlines()[-limit:]
+    first = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
+    return first + ("\n" + "\n".join(frames) if frames else "")
+
+
+def _stray_processes() -> list[int]:
+    """Processes the candidate left running: in our own PID namespace (a shell is 1, we are its
+    child) every other process; else our own children."""
+    me = os.getpid()
+    try:
+        if me <= 3 and os.path.exists("/proc/1"):
+            return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        children = []
+        for tid in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                children += [int(p) for p in f.read().split()]
+        return children
+    except OSError:
+        return []
+
+
+def _kernel_body_error(exc: BaseException, candidate_file: str, kernel_names: list[str]) -> Optional[str]:
+    """The kernel whose body raised `exc` (or the error it wraps) under Triton's interpreter, where a
+    kernel body's compile errors surface as Python errors at its launch; None if no kernel did."""
+    seen = 0
+    while exc is not None and seen < 8:
+        tb = exc.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename == candidate_file and code.co_name in kernel_names:
+                return code.co_name
+            tb = tb.tb_next
+        if type(exc).__name__ == "InterpreterError" and kernel_names:
+            return kernel_names[-1]
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 class Verdict(Exception):
@@ -61,7 +95,8 @@ class Verdict(Exception):
         self.fields = fields
 
 
-def _classify_candidate_error(exc: BaseException, stage: str, build_log) -> Verdict:
+def _classify_candidate_error(exc: BaseException, stage: str, build_log, candidate_file: str = "",
+                              kernel_names: Optional[list[str]] = None) -> Verdict:
     """What an exception raised by the candidate's code means."""
     from kgen.cuda_build import CudaBuildError, CudaNotRunnable
     from kgen.op_trace import ForbiddenUse
@@ -75,13 +110,20 @@ def _classify_candidate_error(exc: BaseException, stage: str, build_log) -> Verd
         return Verdict("static_reject", str(exc).removeprefix("kgen: "))
     if _is_triton_compile_error(exc):
         return Verdict("compile_error", f"Triton kernel failed to compile ({stage}):\n{_tail_of_traceback(exc, 20)}")
+    kernel = _kernel_body_error(exc, candidate_file, kernel_names or []) \
+        if os.environ.get("TRITON_INTERPRET") == "1" else None
+    if kernel is not None:
+        return Verdict("compile_error", f"Triton kernel {kernel} failed in Triton's interpreter ({stage}):\n"
+                                        f"{_tail_of_traceback(exc, 6)}")
     if isinstance(exc, SystemExit):
         return Verdict("runtime_error", f"the candidate called sys.exit({exc.code!r}) during {stage}")
     if isinstance(exc, KeyboardInterrupt):
         return Verdict("runtime_error", f"the candidate raised KeyboardInterrupt during {stage}")
     if isinstance(exc, SyntaxError):
         return Verdict("static_reject", f"syntax error on line {exc.lineno}: {exc.msg}")
-    kind = "out of memory" if "out of memory" in str(exc).lower() or isinstance(exc, MemoryError) else "error"
+    text = str(exc).lower()
+    kind = "out of memory" if isinstance(exc, MemoryError) or "out of memory" in text or "can't allocate" in text \
+        else "error"
     return Verdict("runtime_error", f"{kind} during {stage}: {_tail_of_traceback(exc)}")
 
 
@@ -245,6 +287,10 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
         if recorder.uses:
             raise Verdict("static_reject", f"the candidate tried to {'; '.join(recorder.uses)} ({stage}); "
                                            "candidates may not")
+        strays = _stray_processes()
+        if strays:
+            raise Verdict("static_reject", f"the candidate left {len(strays)} process(es) running ({stage}); "
+                                           "candidates may not start processes")
         changed = _tampered(snapshot)
         if changed:
             raise Verdict("static_reject", f"the candidate replaced functions the evaluation relies on "
@@ -256,7 +302,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
         except Verdict:
             raise
         except BaseException as e:  # noqa: BLE001 - whatever the candidate raised is its outcome
-            raise _classify_candidate_error(e, stage, build_log) from None
+            raise _classify_candidate_error(e, stage, build_log, candidate_file, counter.names) from None
 
     module = run_candidate("import", _import_candidate, candidate_file)
     guard_check("import")

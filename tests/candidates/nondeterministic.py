@@ -1,0 +1,35 @@
+"""Incorrect: nudges one element by a hair that grows with each call: within tolerance every time,
+but two calls on the same inputs differ (what reading uninitialized memory looks like)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_rows(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=float("-inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+def triton_softmax(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    softmax_rows[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = triton_softmax(x)
+        y[0, 0] *= 1 + 1e-6 * self.calls
+        return y
