@@ -50,8 +50,9 @@ def wait_for_evaluations(proc: subprocess.Popen, db: Path, count: int, timeout_s
 @pytest.mark.slow
 def test_search_runs_two_rounds_on_cpu_and_the_leaderboard_shows_its_winner(tmp_path):
     db = tmp_path / "results.db"
-    result = run_kgen("search", "--problem", "softmax", "--rounds", "2", "--candidates", "3", "--size", "small",
-                      "--db", str(db))
+    # Triton only: on a machine with nvcc but no GPU each CUDA starter is built (minutes), never run.
+    result = run_kgen("search", "--problem", "softmax", "--rounds", "2", "--candidates", "3", "--language", "triton",
+                      "--size", "small", "--db", str(db))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no timings are measured" in result.stdout and "ranked by correctness only" in result.stdout
     assert [r[1:] for r in rows(db, "SELECT id, status, rounds_done, rounds_planned, proposer FROM runs")] == [
@@ -62,11 +63,11 @@ def test_search_runs_two_rounds_on_cpu_and_the_leaderboard_shows_its_winner(tmp_
     assert correct, rows(db, "SELECT candidate_id, outcome, message FROM evaluations")
     assert f"export: kgen export {min(correct)} -o softmax_kernel.py" in result.stdout
 
-    board = run_kgen("leaderboard", "--db", str(db))
-    if "No such command" in board.stderr:
-        pytest.skip("kgen leaderboard is not there yet (the search itself passed)")
+    board = run_kgen("leaderboard", "--db", str(db), "--format", "csv")
     assert board.returncode == 0, board.stderr
-    assert str(min(correct)) in board.stdout and "softmax" in board.stdout
+    header, first = board.stdout.splitlines()[:2]
+    winner = dict(zip(header.split(","), first.split(",")))
+    assert (winner["candidate_id"], winner["problem"], winner["run_id"]) == (str(min(correct)), "softmax", "1")
 
 
 @pytest.mark.slow
@@ -133,8 +134,10 @@ def _replay_db(path: Path) -> Path:
 def test_a_candidate_that_kills_its_worker_costs_only_itself(tmp_path):
     log = _replay_db(tmp_path / "log.db")
     db = tmp_path / "results.db"
+    # Without the sandbox's PID namespace (as where the OS refuses one), so the candidate can reach its worker.
     result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(log), "--rounds", "2",
-                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet")
+                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet",
+                      env={"KGEN_SANDBOX_NAMESPACES": "0"})
     assert result.returncode == 0, result.stdout + result.stderr
     outcomes = rows(db, "SELECT c.round, e.outcome, e.message, c.source FROM candidates c "
                         "JOIN evaluations e ON e.candidate_id = c.id ORDER BY c.id")
