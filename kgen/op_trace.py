@@ -36,6 +36,10 @@ NON_COMPUTE_OPS = {
     "sym_storage_offset", "record_stream", "_has_compatible_shallow_copy_type", "_copy_from", "_copy_from_and_resize",
     "_pin_memory", "pin_memory", "_make_dep_token", "_resize_output_", "resize", "unfold_copy", "_to_dense",
     "_nested_tensor_from_tensor_list", "set_source_Storage_storage_offset_size_stride",
+    # random fills: what a scratch buffer holds, not the problem's work
+    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "normal", "normal_",
+    "uniform", "uniform_", "random", "random_", "bernoulli", "bernoulli_", "exponential_", "geometric_",
+    "log_normal_", "cauchy_",
 }
 # Operators that do the same work under different names: a candidate covers the family with any.
 OP_FAMILIES = {

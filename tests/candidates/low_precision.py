@@ -1,5 +1,5 @@
-"""Shortcut: rounds the input to fp16 before the kernel (what TF32/fp16 tensor cores do to fp32
-data): about 5e-4 off, which fails the default fp32 rtol 1e-5 and passes --rtol 1e-2."""
+"""Shortcut: rounds its result to fp16 precision (what an fp16 kernel behind an fp32 interface gives):
+about 2e-4 off, which fails the default fp32 rtol 1e-5 and passes --rtol 1e-2."""
 import torch
 import torch.nn as nn
 import triton
@@ -25,4 +25,4 @@ def triton_softmax(x):
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        return triton_softmax(x.to(torch.float16).to(torch.float32))
+        return triton_softmax(x).to(torch.float16).to(torch.float32)

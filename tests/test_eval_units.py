@@ -1,0 +1,191 @@
+"""The evaluation's parts on their own: the tolerance rule, static checks, the operator families,
+the sandbox, the CUDA build cache, the speed/roofline bookkeeping and the CLI's exit codes."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_kgen
+
+from kgen import verify
+from kgen.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
+from kgen.op_trace import OpTrace, compute_family, covers_reference
+from kgen.records import EvalResult, EvalSettings
+from kgen.sandbox import run_worker, scrubbed_env
+from kgen.static_checks import check_source, detect_language
+
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+
+
+def _softmax64(rows=8, cols=65536, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(rows, cols, generator=g, dtype=torch.float64), dim=1)
+
+
+def test_all_zeros_softmax_over_65536_columns_fails_even_at_a_loose_rtol():
+    ref = _softmax64()
+    for rtol in (1e-5, 1e-2):
+        c = verify.compare(torch.zeros(ref.shape), ref, torch.float32, rtol)
+        assert not c.ok
+
+
+def test_fp32_rounding_passes_and_fp16_rounding_fails_the_default_rtol():
+    ref = _softmax64()
+    assert verify.compare(ref.float(), ref, torch.float32, 1e-5).ok
+    c = verify.compare(ref.half().float(), ref, torch.float32, 1e-5)
+    assert not c.ok and "output[" in c.message
+    assert verify.compare(ref.half().float(), ref, torch.float32, 1e-2).ok
+
+
+def test_nan_where_the_reference_is_finite_fails():
+    ref = _softmax64(2, 100)
+    out = ref.float().clone()
+    out[1, 7] = float("nan")
+    c = verify.compare(out, ref, torch.float32, 1e-5)
+    assert not c.ok and "[1, 7]" in c.message and "NaN" in c.message
+
+
+def test_subclass_shape_and_dtype_are_exact():
+    ref = _softmax64(2, 100)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert "plain torch.Tensor" in verify.compare(ref.float().as_subclass(Sub), ref, torch.float32, 1e-5).message
+    assert "shape" in verify.compare(ref.float().t(), ref, torch.float32, 1e-5).message
+    assert "dtype" in verify.compare(ref.double(), ref, torch.float32, 1e-5).message
+
+
+def test_the_poison_byte_is_nan_in_every_float_dtype():
+    verify.poison_allocator(torch.device("cpu"), [4096])
+    t = torch.empty(1024, dtype=torch.uint8).fill_(verify.POISON_BYTE)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        assert torch.isnan(t.view(dtype)).all()
+
+
+def test_same_tensors_sees_any_change():
+    a = [torch.randn(4, 4)]
+    b = [a[0].clone()]
+    assert verify.same_tensors(a, b)
+    b[0][2, 2] += 1e-7
+    assert not verify.same_tensors(a, b)
+
+
+def test_static_checks():
+    assert detect_language((CANDIDATES / "good_triton_softmax.py").read_text()) == "triton"
+    assert detect_language((CANDIDATES / "cuda_light_softmax.py").read_text()) == "cuda"
+    assert check_source((CANDIDATES / "good_triton_softmax.py").read_text()).rejection is None
+    assert "syntax error" in check_source("def f(:\n").rejection
+    assert "ModelNew" in check_source("import torch\n").rejection
+    plain = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "no kernel" in check_source(plain).rejection
+    with_compile = plain.replace("return x", "return torch.compile(lambda t: t)(x)")
+    assert "torch.compile" in check_source(with_compile).rejection
+    aliased = "from torch import cuda as c\n" + plain.replace("return x", "s = c.Stream()\n        return x")
+    assert "stream" in check_source(aliased).rejection
+    cuda_stream = 'SRC = "cudaStreamCreate(&s);"\n' + plain
+    assert "stream" in check_source(cuda_stream).rejection
+
+
+def test_operator_families_and_cover_rule():
+    assert compute_family("empty_like") is None and compute_family("view") is None
+    assert compute_family("bmm") == compute_family("mm") == "matmul"
+    assert covers_reference({"softmax", "add"}, {"softmax"})
+    assert not covers_reference({"exp", "sum", "div"}, {"softmax"})
+    assert not covers_reference({"relu"}, {"convolution", "relu", "max_pool"})  # a hybrid is allowed
+    x = torch.randn(2, 3)
+    trace = OpTrace()
+    with trace:
+        getattr(torch, "soft" + "max")(x, dim=1)
+    assert trace.compute_ops() == ["_softmax"]
+
+
+def test_scrubbed_env_drops_secrets(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://x")
+    monkeypatch.setenv("HF_TOKEN", "t")
+    monkeypatch.setenv("my_api_key", "k")
+    monkeypatch.setenv("KGEN_HARMLESS", "1")
+    env = scrubbed_env()
+    assert "OPENAI_BASE_URL" not in env and "HF_TOKEN" not in env and "my_api_key" not in env
+    assert env["KGEN_HARMLESS"] == "1"
+
+
+def test_sandbox_reports_a_garbled_job_as_a_result_less_exit():
+    run = run_worker({"mode": "no-such-mode"}, 60, "cpu")
+    assert run.result is not None and run.result["outcome"] == "runtime_error"
+
+
+def test_build_key_depends_on_everything_a_build_does():
+    spec = {"cuda_sources": ["__global__ void k() {}"], "extra_cuda_cflags": ["-O3"]}
+    base = build_key(spec, "9.0")
+    assert base == build_key(dict(spec), "9.0")
+    assert base != build_key(dict(spec, extra_cuda_cflags=["-O2"]), "9.0")
+    assert base != build_key(dict(spec, cuda_sources=["__global__ void k2() {}"]), "9.0")
+    assert base != build_key(spec, "8.0")
+
+
+def test_stale_torch_lock_is_cleared_and_a_fresh_one_kept(tmp_path):
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    assert not clear_stale_torch_lock(tmp_path)  # just made: may be a live build outside kgen
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with build_lock(tmp_path):
+        assert not lock.exists()
+
+
+def test_compiler_output_is_trimmed_to_errors():
+    noise = "\n".join(f"/tmp/build/x/main.cpp:{i}: note: something" for i in range(500))
+    text = noise + "\n/tmp/build/x/cuda.cu(12): error: identifier \"foo\" is undefined\n  foo + 1;\n" + noise
+    trimmed = trim_compiler_output(text)
+    assert 'cuda.cu(12): error: identifier "foo"' in trimmed and "/tmp/build" not in trimmed
+    assert len(trimmed.splitlines()) <= 10
+
+
+def test_faster_than_the_roofline_floor_is_suspicious():
+    from kgen.evaluate import _fill_speed
+    from kgen.problems import load_problem
+
+    problem = load_problem("softmax", "small")
+    settings = EvalSettings(device="cuda", baseline_eager_ms=2.0, baseline_compile_ms=1.0, floor_ms=0.5)
+    ok = EvalResult(outcome="correct", runtime_ms=1.0)
+    _fill_speed(ok, problem, settings)
+    assert ok.outcome == "correct" and ok.speedup_eager == 2.0 and ok.speedup_compile == 1.0
+    assert ok.roofline_pct == 50.0
+    fast = EvalResult(outcome="correct", runtime_ms=0.25)
+    _fill_speed(fast, problem, settings)
+    assert fast.outcome == "suspicious" and "roofline" in fast.message
+
+
+def test_cli_exit_codes_for_bad_input(tmp_path):
+    good = str(CANDIDATES / "good_triton_softmax.py")
+    assert run_kgen("eval", "softmax", str(tmp_path / "missing.py"), "--device", "cpu").returncode == 2
+    assert run_kgen("eval", "no_such_problem", good, "--device", "cpu").returncode == 2
+    assert run_kgen("eval", "softmax", good, "--device", "tpu").returncode == 2
+
+
+def test_cli_human_summary(tmp_path):
+    done = run_kgen("eval", "softmax", str(CANDIDATES / "good_triton_softmax.py"), "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert "correct" in done.stdout and "untimed" in done.stdout
+
+
+def test_detect_language_via_public_api():
+    from kgen.evaluate import detect_language as public
+
+    assert public("x = 1\n") == "unknown"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups and /proc")
+def test_prebuild_rejects_statically_and_passes_triton_on():
+    from kgen.evaluate import prebuild
+
+    settings = EvalSettings(device="cpu", size="small")
+    assert prebuild("softmax", "def f(:\n", settings).outcome == "static_reject"
+    assert prebuild("softmax", (CANDIDATES / "good_triton_softmax.py").read_text(), settings) is None
+    result = prebuild("softmax", (CANDIDATES / "cuda_compile_error.py").read_text(), settings)
+    assert result is not None and result.outcome == "compile_error" and "undefined_variable" in result.message
