@@ -197,65 +197,83 @@ class Search:
         return settings
 
     def run(self, cluster) -> SearchSummary:
-        from kgen.history import build_history
-        from kgen.workers import Job, Stages
+        from kgen.workers import Stages
 
-        config, problem = self.config, self.problem
-        stages = Stages(cluster, str(problem.path), problem.size)
-        device = stages.device_name()
-        settings = self._settings(device)
+        stages = Stages(cluster, str(self.problem.path), self.problem.size)
+        device = stages.device()
+        settings = self._settings(device.name)
+        settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
+        rounds_done = self._open_run(device.name)
+        self.progress.start(run_id=self.run_id, problem=self.problem.name, size=self.problem.size,
+                            device=device.name, proposer=self.config.proposer, rounds_total=self.config.rounds,
+                            rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
+        self._seed_counts()
+        if device.name == "cpu":
+            self.progress.note(NO_GPU_NOTE)
+        for round_index in range(rounds_done, self.config.rounds):
+            self.progress.round_started(round_index)
+            jobs = self._round_jobs(round_index, device.name)
+            if jobs is None:
+                self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
+                break
+            self._evaluate(stages, jobs, settings)
+            store.set_run_status(self.db, self.run_id, "running", rounds_done=round_index + 1)
+            self.progress.round_finished(round_index)
+        store.set_run_status(self.db, self.run_id, "finished")
+        return self.summary("finished", timed=device.name != "cpu")
+
+    def _open_run(self, device: str) -> int:
+        """Create the run, or mark the resumed one running again; the rounds it has done."""
+        config, problem = self.config, self.problem
         if self.run_id is None:
             self.run_id = store.create_run(
                 self.db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
                 size=problem.size, proposer=config.proposer, model=getattr(self.proposer, "model", None),
                 language=config.language, seed=config.seed, rounds=config.rounds,
                 candidates_per_round=config.candidates, settings=asdict(config), device=device)
-        with self.db.reader() as s:
-            rounds_done = s.get(Run, self.run_id).rounds_done
-        if resumed:
+        else:
             store.set_run_status(self.db, self.run_id, "running")
-        self.progress.start(run_id=self.run_id, problem=problem.name, size=problem.size, device=device,
-                            proposer=config.proposer, rounds_total=config.rounds, rounds_done=rounds_done,
-                            evaluators=stages.evaluator_count, resumed=resumed)
-        self._seed_counts()
-        if device == "cpu":
-            self.progress.note(NO_GPU_NOTE)
+        with self.db.reader() as s:
+            return s.get(Run, self.run_id).rounds_done
 
-        for round_index in range(rounds_done, config.rounds):
-            self.progress.round_started(round_index)
-            stored = _round_candidates(self.db, self.run_id, round_index)
-            if stored:  # a killed round: its proposals are stored; evaluate those not yet evaluated
-                evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
-                jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
-                self.progress.resumed_round(len(stored), len(jobs))
+    def _round_jobs(self, round_index: int, device: str):
+        """This round's candidates to evaluate: new proposals, each stored first; or, for a round a
+        killed search had begun, its stored candidates not yet evaluated. None: the proposer is done."""
+        from kgen.history import build_history
+        from kgen.workers import Job
+
+        stored = _round_candidates(self.db, self.run_id, round_index)
+        if stored:
+            evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
+            jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
+            self.progress.resumed_round(len(stored), len(jobs))
+            return jobs
+        history = build_history(self.db, self.problem, run_id=self.run_id, device=device)
+        proposals = self.proposer.propose(self.problem, history, self.config.candidates, round_index)
+        if not proposals:
+            return None
+        jobs = []
+        for proposal in proposals:
+            cid = store.add_proposal(self.db, proposal, run_id=self.run_id, round_index=round_index,
+                                     problem=self.problem.name, problem_hash=self.problem.source_hash)
+            if proposal.source:  # no code: stored with its no_code outcome, nothing to evaluate
+                jobs.append(Job(cid, proposal.source))
+        self.progress.proposed(len(proposals), len(proposals) - len(jobs))
+        return jobs
+
+    def _evaluate(self, stages, jobs, settings: EvalSettings) -> None:
+        """Both stages over the round's jobs; each result committed the moment it arrives."""
+        timing: set[int] = set()
+        for event in stages.run(jobs, settings):
+            if event.kind == "compiling":
+                self.progress.compiling(event.candidate_id)
+            elif event.kind == "timing":
+                timing.add(event.candidate_id)
+                self.progress.timing(event.candidate_id)
             else:
-                history = build_history(self.db, problem, run_id=self.run_id, device=device)
-                proposals = self.proposer.propose(problem, history, config.candidates, round_index)
-                if not proposals:
-                    self.progress.note(f"the {config.proposer} proposer has nothing more to propose; stopping")
-                    break
-                jobs = []
-                for proposal in proposals:
-                    cid = store.add_proposal(self.db, proposal, run_id=self.run_id, round_index=round_index,
-                                             problem=problem.name, problem_hash=problem.source_hash)
-                    if proposal.source:
-                        jobs.append(Job(cid, proposal.source))
-                self.progress.proposed(len(proposals), len(proposals) - len(jobs))
-            timing: set[int] = set()
-            for event in stages.run(jobs, settings):
-                if event.kind == "compiling":
-                    self.progress.compiling(event.candidate_id)
-                elif event.kind == "timing":
-                    timing.add(event.candidate_id)
-                    self.progress.timing(event.candidate_id)
-                else:
-                    store.add_evaluation(self.db, event.candidate_id, event.result)
-                    self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
-            store.set_run_status(self.db, self.run_id, "running", rounds_done=round_index + 1)
-            self.progress.round_finished(round_index)
-        store.set_run_status(self.db, self.run_id, "finished")
-        return self.summary("finished", timed=device != "cpu")
+                store.add_evaluation(self.db, event.candidate_id, event.result)
+                self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
 
     def _seed_counts(self) -> None:
         """On resume, the best so far includes what earlier sessions of this run found."""

@@ -111,10 +111,22 @@ class _Evaluator:
 
         return evaluate_candidate(_load(self.problem_path, self.size), source, settings)
 
-    def device_name(self) -> str:
+    def device(self) -> "Device":
         import torch
 
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return Device(name="cpu", cuda_arch=None)
+        major, minor = torch.cuda.get_device_capability(0)
+        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}")
+
+
+@dataclass(frozen=True)
+class Device:
+    """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), and the compute
+    capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load)."""
+
+    name: str
+    cuda_arch: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -170,14 +182,13 @@ class Stages:
     def evaluator_count(self) -> int:
         return len(self.actors)
 
-    def device_name(self) -> str:
-        """The evaluators' device as evaluations record it: the GPU's name, or 'cpu'."""
+    def device(self) -> Device:
         import ray
 
-        return ray.get(self.actors[0].device_name.remote())
+        return ray.get(self.actors[0].device.remote())
 
     def _recover(self, index: int) -> None:
-        self._pings[self.actors[index].device_name.remote()] = index
+        self._pings[self.actors[index].device.remote()] = index
 
     def _pinged(self, ref) -> None:
         """A ping came back: the actor is free again, still restarting (ping later), or gone for
