@@ -1,7 +1,6 @@
 """`kgen search` end to end on the CPU: the real CLI in a subprocess, a real local Ray cluster, a real
 SQLite file, the offline and replay proposers, and the evaluator under Triton's interpreter."""
 
-import os
 import signal
 import sqlite3
 import subprocess
