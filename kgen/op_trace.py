@@ -191,15 +191,14 @@ class ForbiddenUseRecorder:
     candidate_file: str
     uses: list[str] = field(default_factory=list)
 
-    def _guard(self, what: str, original: Callable, refuse: bool = True) -> Callable:
+    def _guard(self, what: str, original: Callable, applies: Callable[..., bool] = lambda *a, **k: True) -> Callable:
         recorder = self
 
         def guarded(*args, **kwargs):
-            if _from_file(recorder.candidate_file):
+            if applies(*args, **kwargs) and _from_file(recorder.candidate_file):
                 if what not in recorder.uses:
                     recorder.uses.append(what)
-                if refuse:
-                    raise ForbiddenUse(f"kgen: candidates may not {what}")
+                raise ForbiddenUse(f"kgen: candidates may not {what}")
             return original(*args, **kwargs)
 
         guarded.__wrapped__ = original
@@ -220,7 +219,10 @@ class ForbiddenUseRecorder:
             for name, what in (("Stream", "create a CUDA stream"), ("ExternalStream", "use an external CUDA stream")):
                 cls = getattr(owner, name, None)
                 if isinstance(cls, type) and "__new__" in cls.__dict__:
-                    cls.__new__ = staticmethod(self._guard(what, cls.__dict__["__new__"]))
+                    new = cls.__dict__["__new__"]
+                    new = getattr(new, "__func__", new)
+                    # current_stream() wraps the existing stream in a Stream(stream_id=...): not a new one
+                    cls.__new__ = staticmethod(self._guard(what, new, lambda *a, **k: "stream_id" not in k))
         for name in ("set_stream", "stream"):
             if hasattr(torch.cuda, name):
                 setattr(torch.cuda, name, self._guard("switch CUDA streams", getattr(torch.cuda, name)))

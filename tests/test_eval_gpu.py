@@ -1,0 +1,105 @@
+"""The evaluation on a CUDA GPU: starters correct and timed, GPU-only cheats caught, baselines cached.
+Skipped without a GPU (run them on the H100: `pytest -m gpu tests/test_eval_gpu.py`)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, run_kgen
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+STARTERS = sorted((REPO / "problems" / "starters").glob("*/*_*.py"))
+
+# candidate -> the outcome it must get on the GPU (small softmax, so each is quick)
+GPU_EXPECTED = {
+    "good_triton_softmax": "correct",
+    "cuda_light_softmax": "correct",
+    "side_stream_plain": "static_reject",
+    "side_stream_dodged": "static_reject",
+    "cuda_illegal_address": "runtime_error",
+    "patches_timing": "static_reject",
+    "empty_like_leftover": "incorrect",
+    "modifies_input": "incorrect",
+    "torch_softmax_token": "static_reject",
+    "getattr_softmax": "static_reject",
+    "caches_results": "incorrect",
+    "low_precision": "incorrect",
+    "tensor_subclass": "incorrect",
+    "segfault": "runtime_error",
+    "infinite_loop": "timeout",
+    "forks_children": "static_reject",
+    "out_of_memory": "runtime_error",
+    "triton_compile_error": "compile_error",
+    "cuda_compile_error": "compile_error",
+    "naive_overflow": "incorrect",
+    "nondeterministic": "incorrect",
+}
+
+
+@pytest.fixture(scope="module")
+def gpu_results():
+    from kgen.evaluate import evaluate_candidate
+    from kgen.records import EvalSettings
+
+    def evaluate(name):
+        settings = EvalSettings(device="cuda", size="small", timeout_s=30 if name == "infinite_loop" else 300,
+                                min_timed_runs=20, min_timed_s=0.1)
+        return name, evaluate_candidate("softmax", (CANDIDATES / f"{name}.py").read_text(), settings)
+
+    return dict(map(evaluate, GPU_EXPECTED))
+
+
+@pytest.mark.parametrize("name", sorted(GPU_EXPECTED))
+def test_gpu_outcome(name, gpu_results):
+    result = gpu_results[name]
+    assert result.outcome == GPU_EXPECTED[name], f"{name}: {result.outcome}: {result.message}"
+
+
+def test_correct_candidates_are_timed_on_the_gpu(gpu_results):
+    for name in ("good_triton_softmax", "cuda_light_softmax"):
+        result = gpu_results[name]
+        assert result.runtime_ms and result.runtime_ms > 0
+        assert result.details["timing"]["runs"] >= 20
+        assert result.device != "cpu"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("starter", STARTERS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_starter_is_correct_at_full_size_and_timed(starter, tmp_path):
+    from kgen.evaluate import evaluate_candidate
+    from kgen.records import EvalSettings
+
+    result = evaluate_candidate(starter.parent.name, starter.read_text(),
+                                EvalSettings(device="cuda", size="full", timeout_s=600))
+    assert result.outcome == "correct", f"{starter}: {result.outcome}: {result.message}"
+    assert result.runtime_ms > 0 and result.roofline_pct is not None and result.roofline_pct <= 100
+
+
+@pytest.mark.slow
+def test_baselines_are_timed_once_and_cached(tmp_path):
+    from kgen.baselines import get_baselines
+    from kgen.db import Baseline, open_db
+    from kgen.problems import load_problem
+
+    db = open_db(str(tmp_path / "results.db"))
+    problem = load_problem("softmax", "small")
+    first = get_baselines(db, problem, "cuda")
+    assert first is not None and first[0] > 0
+    assert get_baselines(db, problem, "cuda") == first
+    with db.reader() as s:
+        rows = s.query(Baseline).all()
+    assert len(rows) == 1 and "allow_tf32_cudnn" in rows[0].settings
+
+
+@pytest.mark.slow
+def test_cli_on_the_gpu_with_a_db_fills_speedups(tmp_path):
+    done = run_kgen("eval", "softmax", str(CANDIDATES / "good_triton_softmax.py"), "--json", "--size", "small",
+                    "--db", str(tmp_path / "results.db"))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["outcome"] in ("correct", "suspicious")
+    assert result["eager_ms"] and result["speedup_eager"] and result["roofline_pct"] is not None
