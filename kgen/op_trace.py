@@ -205,6 +205,7 @@ class ForbiddenUseRecorder:
         return guarded
 
     def install(self) -> None:
+        import gc
         import multiprocessing.process
         import os
         import subprocess
@@ -226,6 +227,9 @@ class ForbiddenUseRecorder:
         for name in ("set_stream", "stream"):
             if hasattr(torch.cuda, name):
                 setattr(torch.cuda, name, self._guard("switch CUDA streams", getattr(torch.cuda, name)))
+        # The evaluator's float64 references live in this process: walking the heap could find them.
+        for name in ("get_objects", "get_referrers", "get_referents"):
+            setattr(gc, name, self._guard("walk the garbage collector's heap", getattr(gc, name)))
         threading.Thread.start = self._guard("start a thread", threading.Thread.start)
         multiprocessing.process.BaseProcess.start = self._guard("start a process",
                                                                 multiprocessing.process.BaseProcess.start)

@@ -26,6 +26,7 @@ FORBIDDEN_NAMES = {
     "torch.cuda.ExternalStream": "uses an external CUDA stream",
     "torch.cuda.set_stream": "switches CUDA streams",
     "torch.Stream": "creates a stream",
+    "gc": "walks the garbage collector's heap (where the evaluator keeps its references)",
     "threading": "uses threads",
     "_thread": "uses threads",
     "multiprocessing": "starts processes",

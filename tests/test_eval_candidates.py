@@ -48,6 +48,7 @@ EXPECTED = {
     "huge_stdout": "correct",
     "forges_result": "runtime_error",
     "naive_overflow": "incorrect",
+    "steals_reference": "static_reject",
     "nondeterministic": "incorrect",
     "out_of_memory": "runtime_error",
     "syntax_error": "static_reject",
