@@ -4,7 +4,8 @@ transaction, committed at once, so a killed search loses only what was still in 
 from __future__ import annotations
 
 import hashlib
-import re
+import io
+import tokenize
 from dataclasses import dataclass
 from typing import Optional
 
@@ -18,13 +19,15 @@ FAILURE_OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout"
 
 
 def normalized_source_hash(source: str) -> str:
-    """Hash of a source with comments, blank lines and trailing spaces dropped: the same kernel
-    re-proposed with other comments is the same candidate."""
-    lines = []
-    for line in source.splitlines():
-        line = re.sub(r"\s+#.*$", "", line).rstrip()
-        if line.strip() and not line.lstrip().startswith("#"):
-            lines.append(line)
+    """Hash of a source with Python comments, blank lines and trailing spaces dropped: the same kernel
+    re-proposed with other comments is the same candidate. Comments are found with `tokenize`, so a
+    `#define` inside a CUDA source string is code, not a comment."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type != tokenize.COMMENT]
+        text = tokenize.untokenize(tokens)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        text = source  # not Python: hash it as written, less blank lines
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 

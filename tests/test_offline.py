@@ -226,8 +226,6 @@ class ModelNew(torch.nn.Module):
     assert found["THREADS"].alternatives() == [512, 128] and found["ITEMS_PER_THREAD"].alternatives() == [8, 2]
 
 
-@pytest.mark.xfail(reason="store.normalized_source_hash drops '#define' lines as Python comments, so a CUDA "
-                          "retuning hashes like its parent (foundation's store.py)", strict=False)
 def test_cuda_starters_are_retuned_too(db, problem_softmax):
     proposals = OfflineProposer(problem=problem_softmax, language="cuda").propose(
         problem_softmax, build_history(db, problem_softmax), 8, 0)
