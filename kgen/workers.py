@@ -65,12 +65,12 @@ def connect(address: Optional[str] = None) -> Cluster:
 
     if address:
         _check_reachable(address)
-    kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, ignore_reinit_error=True)
+    kwargs = dict(log_to_driver=False, logging_level=logging.ERROR)
     try:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(**kwargs)
+            ray.init(include_dashboard=False, **kwargs)
     except (ConnectionError, TimeoutError, ValueError) as e:
         raise KgenError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
     resources = ray.cluster_resources()
