@@ -6,8 +6,9 @@
   time (in its own process, as `evaluate_candidate` does), so timings never share a GPU. Without a
   GPU, CPU evaluation actors do the same under Triton's interpreter and claim no times.
 
-`connect(None)` starts a local cluster sized to this machine; `connect("auto")` or
-`connect("ray://host:port")` joins a running one. Workers load the problem from its path, not from a
+`connect(None)` starts a local cluster sized to this machine (always a new one: neither RAY_ADDRESS
+nor a cluster that `ray start` recorded here is joined unasked); `connect("auto")`,
+`connect("host:port")` or `connect("ray://host:port")` joins a running one. Workers load the problem from its path, not from a
 pickled module, and import kgen from their own Python: on a local cluster that is this checkout. To
 run on a remote cluster, install kgen on its nodes (or start the driver with a runtime_env giving
 `working_dir`/`py_modules`), and give problem files by a path the nodes can read.
@@ -69,8 +70,8 @@ def connect(address: Optional[str] = None) -> Cluster:
     try:
         if address:
             ray.init(address=address, **kwargs)
-        else:
-            ray.init(include_dashboard=False, **kwargs)
+        else:  # "local": a new cluster even where `ray start` left one recorded (perhaps dead) on this machine
+            ray.init(address="local", include_dashboard=False, **kwargs)
     except (ConnectionError, TimeoutError, ValueError) as e:
         raise KgenError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
     resources = ray.cluster_resources()
