@@ -316,6 +316,31 @@ def report_cmd(
     console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
+@app.command("bench")
+def bench_cmd(
+    problems: Optional[list[str]] = typer.Option(None, "--problems", help="problems to search (repeat the option; default: the five)"),
+    rounds: int = typer.Option(3, "--rounds"),
+    candidates: int = typer.Option(8, "--candidates", "-n"),
+    seed: int = typer.Option(0, "--seed"),
+    language: str = typer.Option("any", "--language", help="triton | cuda | any"),
+    out: str = typer.Option("bench-out", "--out", help="folder for bench.md, bench.json and bench.db"),
+    db: Optional[str] = typer.Option(None, "--db", help="results DB (default: OUT/bench.db)"),
+    timeout: float = typer.Option(300.0, "--timeout", help="seconds one candidate's evaluation may take"),
+) -> None:
+    """Benchmark: offline searches on a fixed seed and budget; kernel quality vs torch, torch.compile and
+    the roofline, and search throughput (markdown + JSON under --out)."""
+    from pathlib import Path
+
+    from kgen.bench import DEFAULT_PROBLEMS, run_bench
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path, text = run_bench(list(problems or DEFAULT_PROBLEMS), rounds=rounds, candidates=candidates, seed=seed,
+                           out_dir=out_dir, db=db, language=language, timeout_s=timeout)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"written: {path} and {path.with_suffix('.json')}")
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)
