@@ -14,7 +14,8 @@ Without a CUDA-enabled torch (this includes every CPU-only machine) nothing can 
 sources are compiled with `nvcc -c` (and the C++ sources checked with `c++ -fsyntax-only`) against
 torch's headers, for the target arch, so compile errors are still caught; a clean compile raises
 `CudaNotRunnable` and the evaluation reports the outcome `not_run` (never `correct`: nothing ran).
-Either verdict is cached in the key's directory.
+Either verdict is cached in the key's directory. A source that includes torch/extension.h takes minutes
+to check on a small CPU machine; KGEN_NVCC_CHECK=0 skips the check (outcome not_run, not compiled).
 
 The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen/cuda_build.
 """
@@ -198,6 +199,8 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         raise CudaNotRunnable(ok_stamp.read_text())
     if error_stamp.exists():
         raise CudaBuildError(error_stamp.read_text())
+    if os.environ.get("KGEN_NVCC_CHECK") == "0":
+        raise CudaNotRunnable("CUDA sources not compiled (KGEN_NVCC_CHECK=0) and not runnable here (torch has no CUDA)")
     nvcc = nvcc_path()
     if nvcc is None:
         raise CudaNotRunnable("no nvcc on this machine: CUDA sources not compiled, not run")
