@@ -240,6 +240,8 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
     device = torch.device(job["device"])
     if device.type == "cuda":
+        # set_device wants an index ("cuda" alone is refused by torch 2.11); the device is then explicit
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
         torch.cuda.set_device(device)
     problem = load_problem(job["problem_path"], job["size"])
     trials = max(int(job.get("trials", 5)), 5)
