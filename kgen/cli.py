@@ -343,7 +343,9 @@ def bench_cmd(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # returns (not raises) typer.Exit's code in this mode
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except KgenError as e:
         if os.environ.get("KGEN_DEBUG"):
             traceback.print_exc()
