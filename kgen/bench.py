@@ -49,6 +49,9 @@ class ThroughputRow:
     evaluated_per_min: float
     gpu_busy_share: Optional[float]
     compile_s_median: Optional[float]
+    gpus: int = 1
+    timing_share: Optional[float] = None  # of the same span, the share spent inside the timing loops
+    gpu_eval_s_median: Optional[float] = None  # one candidate's GPU-stage process, start to result
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -61,7 +64,9 @@ def quality_row(db: Database, run_id: int) -> QualityRow:
         base = s.scalars(select(Baseline).where(Baseline.problem_hash == run.problem_hash,
                                                 Baseline.size == run.size, Baseline.device == run.device)
                          .order_by(Baseline.id.desc())).first()
-    best = next((c for c in correct_candidates(db, run_id=run_id) if c.runtime_ms is not None), None)
+    correct = correct_candidates(db, run_id=run_id)
+    # the fastest timed one; without a GPU nothing is timed, and the first correct one is shown, untimed
+    best = next((c for c in correct if c.runtime_ms is not None), correct[0] if correct else None)
     eager = base.eager_ms if base else None
     compiled = base.compile_ms if base else None
     autotune = base.compile_max_autotune_ms if base else None
@@ -112,11 +117,19 @@ def throughput_row(db: Database, run_id: int) -> ThroughputRow:
         span = max(last_end - first_start, 1e-9)
         busy_share = _busy_seconds(intervals) / span / gpu_devices if gpu_devices == 1 else \
             sum(b - a for a, b in intervals) / span / gpu_devices
+    timing_share = None
+    if busy_share is not None:
+        timed = sum(((e.details or {}).get("phases") or {}).get("timing_s", 0.0) for e in evaluated)
+        gpu_devices = max(1, int((run.settings or {}).get("gpus", 1)))
+        timing_share = timed / span / gpu_devices
     compile_times = [e.compile_s for e in evaluated if e.compile_s is not None]
+    gpu_evals = [b - a for a, b in intervals]
     return ThroughputRow(problem=run.problem, run_id=run_id, evaluated=len(evaluated),
                          correct=sum(e.outcome == "correct" for e in evaluated), wall_s=wall_s,
                          evaluated_per_min=len(evaluated) / (wall_s / 60.0), gpu_busy_share=busy_share,
-                         compile_s_median=statistics.median(compile_times) if compile_times else None)
+                         compile_s_median=statistics.median(compile_times) if compile_times else None,
+                         timing_share=timing_share, gpus=max(1, int((run.settings or {}).get("gpus", 1) or 1)),
+                         gpu_eval_s_median=statistics.median(gpu_evals) if gpu_evals else None)
 
 
 def _f(v: Optional[float], fmt: str = "{:.3f}") -> str:
@@ -133,11 +146,14 @@ def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header:
                      f"{_f(q.floor_ms)} | {_f(q.best_ms)} | {_f(q.speedup_eager, '{:.2f}x')} | "
                      f"{_f(q.speedup_compile, '{:.2f}x')} | {_f(q.speedup_max_autotune, '{:.2f}x')} | "
                      f"{_f(q.roofline_pct, '{:.0f}%')} | {q.best_id or '-'} | {q.best_language or '-'} |")
-    lines += ["", "| problem | run | evaluated | correct | wall s | evaluated/min | GPU busy | compile s (median) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| problem | run | GPUs | evaluated | correct | wall s | evaluated/min | per GPU-hour | GPU busy | "
+                  "of which timing | GPU eval s (median) | compile s (median) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for t in throughput:
-        lines.append(f"| {t.problem} | {t.run_id} | {t.evaluated} | {t.correct} | {t.wall_s:.0f} | "
-                     f"{t.evaluated_per_min:.1f} | {_f(t.gpu_busy_share, '{:.0%}')} | {_f(t.compile_s_median, '{:.1f}')} |")
+        lines.append(f"| {t.problem} | {t.run_id} | {t.gpus} | {t.evaluated} | {t.correct} | {t.wall_s:.0f} | "
+                     f"{t.evaluated_per_min:.1f} | {t.evaluated_per_min * 60 / t.gpus:.0f} | {_f(t.gpu_busy_share, '{:.0%}')} | "
+                     f"{_f(t.timing_share, '{:.0%}')} | {_f(t.gpu_eval_s_median, '{:.1f}')} | "
+                     f"{_f(t.compile_s_median, '{:.1f}')} |")
     return "\n".join(lines) + "\n"
 
 

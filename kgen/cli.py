@@ -163,6 +163,8 @@ def search_cmd(
     prompts: Optional[str] = typer.Option(None, "--prompts", help="a folder of prompt templates to use instead of prompts/"),
     replay_db: Optional[str] = typer.Option(None, "--from", help="replay proposer: the results DB to replay"),
     replay_run: Optional[int] = typer.Option(None, "--run", help="replay proposer: the run in it to replay"),
+    overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="propose round k+1 once round k has compiled, "
+                                 "so compiles overlap timing (default); --no-overlap: each round sees all of the last"),
 ) -> None:
     """Search for kernels faster than PyTorch: rounds of propose, compile, verify and time, on Ray."""
     import signal
@@ -178,7 +180,7 @@ def search_cmd(
         seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
-        replay_run=replay_run)
+        replay_run=replay_run, overlap=overlap)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
     try:
         summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,

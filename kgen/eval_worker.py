@@ -251,6 +251,14 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     details.update(seeds=seeds, scales=scales, model_seed=model_seed)
 
     # 1. The reference, before any candidate code exists in this process.
+    phases = details.setdefault("phases", {})  # seconds per stage: where a GPU evaluation's time goes
+    mark = [time.monotonic()]
+
+    def phase(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 3)
+        mark[0] = now
+
     reference = problem.make_model(model_seed, device)
     trial_inputs = [problem.make_inputs(seed, device, scale) for seed, scale in zip(seeds, scales)]
     references = [verify.reference_outputs(reference, inputs) for inputs in trial_inputs]
@@ -266,6 +274,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     fingerprints = (verify.fingerprint([t for ins in trial_inputs for t in ins]),
                     verify.fingerprint([t for refs in references for t in refs]))
 
+    phase("reference_s")
     # 2. Guards and counters, then the trusted snapshot, then the candidate.
     candidate_file = os.path.join(job["workdir"], "kgen_candidate.py")
     with open(candidate_file, "w") as f:
@@ -322,6 +331,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
 
     model = run_candidate("construction", construct)
     guard_check("construction")
+    phase("import_s")
 
     def forward(inputs):
         with torch.no_grad():
@@ -387,6 +397,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
         raise Verdict("incorrect", "two calls on the same inputs gave different outputs (uninitialized memory read, "
                                    "or state kept between calls)", atol=atols[0] if atols else None, rtol=rtol, **worst)
     del again, kept_first
+    phase("verify_s")  # the first forward (Triton's JIT compiles) included
 
     # 4. Time (GPU only), then the last timed output judged again.
     timing = None
@@ -413,6 +424,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
             raise Verdict("incorrect", "forward modified its input tensors in place during timing")
         details["timing"] = {k: getattr(timing, k) for k in ("median_ms", "mean_ms", "min_ms", "p10_ms", "p90_ms",
                                                              "runs", "warmup_runs")}
+        phase("timing_s")
         details["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
 
     # 5. The reference and inputs must be what they were before the candidate existed.

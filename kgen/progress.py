@@ -61,13 +61,12 @@ class SearchCounts:
         return time.monotonic() - self.started
 
     def eta_s(self) -> Optional[float]:
-        """Rounds left times the mean round time so far, less the current round's time spent."""
+        """Rounds left times the time per finished round so far (rounds overlap, so this is the time
+        between round ends, not the length of one round)."""
         if not self.round_seconds:
             return None
-        per_round = sum(self.round_seconds) / len(self.round_seconds)
-        left = self.rounds_total - self.rounds_done
-        spent = time.monotonic() - self.round_started if self.round_started and self.round_index is not None else 0.0
-        return max(0.0, left * per_round - spent)
+        per_round = self.elapsed_s / len(self.round_seconds)
+        return max(0.0, (self.rounds_total - self.rounds_done) * per_round)
 
     def record(self, candidate_id: int, result: EvalResult) -> bool:
         """Count a finished evaluation; True when it is the best so far."""
@@ -121,7 +120,6 @@ class SearchProgress:
     def round_started(self, round_index: int) -> None:
         c = self.counts
         c.round_index, c.round_started = round_index, time.monotonic()
-        c.compiling = c.timing = 0
         self._line(f"round {round_index + 1}/{c.rounds_total}")
 
     def proposed(self, count: int, no_code: int) -> None:
@@ -157,7 +155,8 @@ class SearchProgress:
         if c.round_started is not None:
             c.round_seconds.append(time.monotonic() - c.round_started)
         c.rounds_done = round_index + 1
-        c.round_index = None
+        if c.round_index == round_index:
+            c.round_index = None
         self._line(f"round {round_index + 1}/{c.rounds_total} done: {c.done} evaluated, {c.outcomes['correct']} "
                    f"correct, best {fmt_speedup(c.best_speedup_eager)} vs eager, "
                    f"{fmt_speedup(c.best_speedup_compile)} vs torch.compile; ETA {fmt_duration(c.eta_s())}")

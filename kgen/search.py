@@ -6,7 +6,12 @@ earlier rounds found.
     stored    = store.add_proposal(...) for each         # before evaluation: a kill loses nothing
     for each result as it finishes (workers.Stages):     # compile on CPUs, time one per GPU
         store.add_evaluation(...)                        # committed at once
-    run.rounds_done = k + 1
+    run.rounds_done = k + 1                               # in order, once all of round k is stored
+
+Rounds overlap by one: round k+1 is proposed once round k has left the compile stage, so CUDA builds
+run while the GPUs time the round before (`--no-overlap` makes each round wait for the last). On a
+GPU the baselines are timed in a thread while the first round compiles; no candidate is timed
+until they are done.
 
 A run's configuration lives in its row (`runs.settings`), so `--resume RUN_ID` goes on with the
 same problem, size, seed and proposer, evaluating first the candidates the killed round had stored
@@ -15,6 +20,7 @@ but not evaluated, and never evaluating a stored result twice.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
@@ -51,6 +57,7 @@ class SearchConfig:
     replay_db: Optional[str] = None
     replay_run: Optional[int] = None
     proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
+    overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
 
     @classmethod
     def from_settings(cls, settings: dict) -> "SearchConfig":
@@ -181,49 +188,101 @@ class Search:
         self.run_id = run_id
         self.started = time.monotonic()
 
-    def _settings(self, device: str) -> EvalSettings:
-        from kgen.baselines import get_baselines
+    def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
+        """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
+        first candidates compile, and fills the settings' baseline fields before it ends. The GPUs
+        take no candidate until it has (a baseline timed beside a candidate would skew both)."""
         from kgen.roofline import compute_roofline, device_ceilings
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
                                 timeout_s=self.config.timeout_s)
         if settings.device == "cpu":
-            return settings
-        self.progress.note("timing the baselines (eager, torch.compile) and the roofline ceilings ...")
-        baselines = get_baselines(self.db, self.problem, device)
+            return settings, None
+        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings())
+        self.progress.note("timing the baselines (eager, torch.compile, max-autotune; cached in the DB) while the "
+                           "first candidates compile ...")
+        thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
+                                  name="kgen-baselines")
+        thread.start()
+        return settings, thread
+
+    def _time_baselines(self, settings: EvalSettings, device: str) -> None:
+        from kgen.baselines import get_baselines
+
+        try:
+            baselines = get_baselines(self.db, self.problem, device)
+        except Exception as e:  # noqa: BLE001 - no baselines means no speedups, not a failed search
+            self.progress.note(f"the baselines could not be timed ({type(e).__name__}: {e}); speedups stay empty")
+            return
         if baselines is not None:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
-        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings())
-        return settings
 
     def run(self, cluster) -> SearchSummary:
         from kgen.workers import Stages
 
         stages = Stages(cluster, str(self.problem.path), self.problem.size)
         device = stages.device()
-        settings = self._settings(device.name)
+        settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
-        rounds_done = self._open_run(device.name)
+        rounds_done = self._open_run(device.name, stages.evaluator_count if device.name != "cpu" else 0)
         self.progress.start(run_id=self.run_id, problem=self.problem.name, size=self.problem.size,
                             device=device.name, proposer=self.config.proposer, rounds_total=self.config.rounds,
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
         self._seed_counts()
         if device.name == "cpu":
             self.progress.note(NO_GPU_NOTE)
-        for round_index in range(rounds_done, self.config.rounds):
-            self.progress.round_started(round_index)
-            jobs = self._round_jobs(round_index, device.name)
-            if jobs is None:
-                self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
-                break
-            self._evaluate(stages, jobs, settings)
-            store.set_run_status(self.db, self.run_id, "running", rounds_done=round_index + 1)
-            self.progress.round_finished(round_index)
+        try:
+            self._rounds(stages, settings, rounds_done, device.name, baselines)
+        finally:
+            stages.cancel()
         store.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
-    def _open_run(self, device: str) -> int:
+    def _rounds(self, stages, settings: EvalSettings, first_round: int, device: str,
+                baselines: Optional[threading.Thread]) -> None:
+        """The round loop. With `overlap` (the default) round k+1 is proposed as soon as every candidate
+        of round k has left the compile stage, so its compiles (CUDA builds take most of a minute) run
+        while round k is timed and the GPUs never wait on compilers between rounds; it then sees the
+        results finished by that time (round k-1 in full, round k in part). Rounds are counted done in
+        order, once all their candidates are, so a resumed run picks up every round still open."""
+        open_rounds: dict[int, set[int]] = {}  # round -> its candidates not evaluated yet
+        round_of: dict[int, int] = {}
+        timing: set[int] = set()
+        next_round, exhausted = first_round, False
+        max_open = 2 if self.config.overlap else 1
+        while True:
+            while (not exhausted and next_round < self.config.rounds and len(open_rounds) < max_open
+                   and stages.compiling_count == 0):
+                self.progress.round_started(next_round)
+                jobs = self._round_jobs(next_round, device)
+                if jobs is None:
+                    self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
+                    exhausted = True
+                    break
+                open_rounds[next_round] = {job.candidate_id for job in jobs}
+                round_of.update((job.candidate_id, next_round) for job in jobs)
+                for event in stages.submit(jobs, settings):
+                    self.progress.compiling(event.candidate_id)
+                next_round += 1
+            while open_rounds and not open_rounds[min(open_rounds)]:
+                done_round = min(open_rounds)
+                del open_rounds[done_round]
+                store.set_run_status(self.db, self.run_id, "running", rounds_done=done_round + 1)
+                self.progress.round_finished(done_round)
+            if not open_rounds and (exhausted or next_round >= self.config.rounds):
+                return
+            gpus_open = baselines is None or not baselines.is_alive()
+            for event in stages.poll(timing_open=gpus_open):
+                if event.kind == "timing":
+                    timing.add(event.candidate_id)
+                    self.progress.timing(event.candidate_id)
+                else:
+                    store.add_evaluation(self.db, event.candidate_id, event.result)
+                    self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
+                    open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
+
+    def _open_run(self, device: str, gpus: int) -> int:
         """Create the run, or mark the resumed one running again; the rounds it has done."""
         config, problem = self.config, self.problem
         if self.run_id is None:
@@ -231,7 +290,7 @@ class Search:
                 self.db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
                 size=problem.size, proposer=config.proposer, model=getattr(self.proposer, "model", None),
                 language=config.language, seed=config.seed, rounds=config.rounds,
-                candidates_per_round=config.candidates, settings=asdict(config), device=device)
+                candidates_per_round=config.candidates, settings=dict(asdict(config), gpus=gpus), device=device)
         else:
             store.set_run_status(self.db, self.run_id, "running")
         with self.db.reader() as s:
@@ -261,19 +320,6 @@ class Search:
                 jobs.append(Job(cid, proposal.source))
         self.progress.proposed(len(proposals), len(proposals) - len(jobs))
         return jobs
-
-    def _evaluate(self, stages, jobs, settings: EvalSettings) -> None:
-        """Both stages over the round's jobs; each result committed the moment it arrives."""
-        timing: set[int] = set()
-        for event in stages.run(jobs, settings):
-            if event.kind == "compiling":
-                self.progress.compiling(event.candidate_id)
-            elif event.kind == "timing":
-                timing.add(event.candidate_id)
-                self.progress.timing(event.candidate_id)
-            else:
-                store.add_evaluation(self.db, event.candidate_id, event.result)
-                self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
 
     def _seed_counts(self) -> None:
         """On resume, the best so far includes what earlier sessions of this run found."""

@@ -175,6 +175,9 @@ class Stages:
         self._free = list(range(count))
         self._pings: dict = {}  # ping ref -> actor index, for actors coming back from a death
         self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
+        self._compiling: dict = {}  # compile task ref -> (job, settings)
+        self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
+        self._timing: dict = {}  # evaluation ref -> (job, settings, actor index, started)
 
     def _new_actor(self):
         return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
@@ -222,68 +225,101 @@ class Stages:
         return _worker_died(f"the {stage} worker died while running this candidate ({type(error).__name__}: "
                             f"{reason[:300]}); it was restarted and the search went on", settings)
 
-    def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
+    # The stages as a scheduler the search feeds while earlier candidates are still in flight:
+    # `submit` sends jobs to the compile stage, `poll` moves them along and returns what happened.
+
+    @property
+    def compiling_count(self) -> int:
+        return len(self._compiling)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._compiling) + len(self._ready) + len(self._timing)
+
+    def submit(self, jobs: list[Job], settings: EvalSettings) -> list[StageEvent]:
+        """Send jobs to the compile stage (CPU tasks, all at once: Ray queues what the CPUs cannot take)."""
+        events = []
+        for job in jobs:
+            ref = self._compile_task.remote(self.problem_path, self.size, job.source, settings)
+            self._compiling[ref] = (job, settings)
+            events.append(StageEvent("compiling", job.candidate_id))
+        return events
+
+    def poll(self, timeout_s: float = 0.5, timing_open: bool = True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`: the search holds
+        the GPUs back while its baselines are being timed), wait up to `timeout_s` for anything to
+        finish, and return the events: 'timing' for each dispatch, 'done' with each result."""
         import ray
         from ray.exceptions import RayError
 
-        limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
-        compiling: dict = {}
-        for job in jobs:
-            ref = self._compile_task.remote(self.problem_path, self.size, job.source, settings)
-            compiling[ref] = job
-            yield StageEvent("compiling", job.candidate_id)
-        ready: deque[Job] = deque()
-        timing: dict = {}  # ref -> (job, actor index, started)
-        try:
-            while compiling or ready or timing:
-                while self._free and ready:
-                    job, index = ready.popleft(), self._free.pop(0)
-                    ref = self.actors[index].evaluate.remote(job.source, settings)
-                    timing[ref] = (job, index, time.monotonic())
-                    yield StageEvent("timing", job.candidate_id)
-                now = time.monotonic()
-                for when, index in [p for p in self._ping_later if p[0] <= now]:
-                    self._ping_later.remove((when, index))
+        events: list[StageEvent] = []
+        while timing_open and self._free and self._ready:
+            (job, settings), index = self._ready.popleft(), self._free.pop(0)
+            ref = self.actors[index].evaluate.remote(job.source, settings)
+            self._timing[ref] = (job, settings, index, time.monotonic())
+            events.append(StageEvent("timing", job.candidate_id))
+        now = time.monotonic()
+        for when, index in [p for p in self._ping_later if p[0] <= now]:
+            self._ping_later.remove((when, index))
+            self._recover(index)
+        waiting = list(self._compiling) + list(self._timing) + list(self._pings)
+        if not waiting:
+            time.sleep(min(timeout_s, 0.2))
+            return events
+        done, _ = ray.wait(waiting, num_returns=1, timeout=timeout_s)
+        for ref in done:
+            if ref in self._pings:
+                self._pinged(ref)
+            elif ref in self._compiling:
+                job, settings = self._compiling.pop(ref)
+                try:
+                    failure = ray.get(ref)
+                except RayError as e:
+                    failure = self._failed_remotely(e, "compile", settings)
+                if failure is not None:
+                    events.append(StageEvent("done", job.candidate_id, failure))
+                else:
+                    self._ready.append((job, settings))
+            else:
+                job, settings, index, _ = self._timing.pop(ref)
+                try:
+                    result = ray.get(ref)
+                    self._free.append(index)
+                except RayError as e:
+                    result = self._failed_remotely(e, "evaluation", settings)
                     self._recover(index)
-                waiting = list(compiling) + list(timing) + list(self._pings)
-                if not waiting:
-                    time.sleep(0.2)
-                    continue
-                done, _ = ray.wait(waiting, num_returns=1, timeout=0.5)
-                for ref in done:
-                    if ref in self._pings:
-                        self._pinged(ref)
-                    elif ref in compiling:
-                        job = compiling.pop(ref)
-                        try:
-                            failure = ray.get(ref)
-                        except RayError as e:
-                            failure = self._failed_remotely(e, "compile", settings)
-                        if failure is not None:
-                            yield StageEvent("done", job.candidate_id, failure)
-                        else:
-                            ready.append(job)
-                    else:
-                        job, index, _ = timing.pop(ref)
-                        try:
-                            result = ray.get(ref)
-                            self._free.append(index)
-                        except RayError as e:
-                            result = self._failed_remotely(e, "evaluation", settings)
-                            self._recover(index)
-                        yield StageEvent("done", job.candidate_id, result)
-                now = time.monotonic()
-                for ref, (job, index, started) in list(timing.items()):
-                    if now - started > limit_s:
-                        del timing[ref]
-                        ray.kill(self.actors[index], no_restart=False)
-                        self._recover(index)
-                        yield StageEvent("done", job.candidate_id, replace(
-                            _worker_died("", settings), outcome="timeout",
-                            message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
-                                    "killed and restarted"))
+                events.append(StageEvent("done", job.candidate_id, result))
+        now = time.monotonic()
+        for ref, (job, settings, index, started) in list(self._timing.items()):
+            limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
+            if now - started > limit_s:
+                del self._timing[ref]
+                ray.kill(self.actors[index], no_restart=False)
+                self._recover(index)
+                events.append(StageEvent("done", job.candidate_id, replace(
+                    _worker_died("", settings), outcome="timeout",
+                    message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
+                            "killed and restarted")))
+        return events
+
+    def cancel(self) -> None:
+        """Drop everything in flight (Ctrl-C, an error): compile tasks are force-cancelled; actor
+        tasks cannot be, and end with the cluster."""
+        import ray
+
+        for ref in self._compiling:
+            ray.cancel(ref, force=True)
+        for ref in self._timing:
+            ray.cancel(ref)
+        self._compiling.clear()
+        self._ready.clear()
+        self._timing.clear()
+
+    def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
+        """All of `jobs` through both stages; events as they happen, results in the order they finish."""
+        try:
+            yield from self.submit(jobs, settings)
+            while self.in_flight:
+                yield from self.poll()
         finally:
-            for ref in compiling:
-                ray.cancel(ref, force=True)
-            for ref in timing:  # actor tasks cannot be force-cancelled; shutdown ends them
-                ray.cancel(ref)
+            self.cancel()

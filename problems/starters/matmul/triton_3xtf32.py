@@ -19,6 +19,13 @@ BLOCK_K = 32
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
+# How the three TF32 products are accumulated:
+#   0: all into one tensor-core accumulator over the whole K loop;
+#   1: each BLOCK_K chunk into a fresh tensor-core accumulator, then added to the running sum with
+#      ordinary fp32 adds ("promotion": the tensor core's own accumulation only spans one chunk);
+#   2: Triton's built-in input_precision="tf32x3" (the compiler splits and sums), one accumulator;
+#   3: built-in tf32x3 per chunk, promoted as in 1.
+SPLIT_MODE = 1
 
 KGEN_TUNABLE = {
     "BLOCK_M": [64, 128],
@@ -40,7 +47,8 @@ def _split_tf32(x):
 @triton.jit
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   SPLIT_MODE: tl.constexpr):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -64,11 +72,24 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=mask_m & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n, other=0.0)
-        a_hi, a_lo = _split_tf32(a)
-        b_hi, b_lo = _split_tf32(b)
-        acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
-        acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
-        acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        if SPLIT_MODE == 0:
+            a_hi, a_lo = _split_tf32(a)
+            b_hi, b_lo = _split_tf32(b)
+            acc = tl.dot(a_lo, b_hi, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b_lo, acc, input_precision="tf32")
+            acc = tl.dot(a_hi, b_hi, acc, input_precision="tf32")
+        elif SPLIT_MODE == 1:
+            a_hi, a_lo = _split_tf32(a)
+            b_hi, b_lo = _split_tf32(b)
+            part = tl.dot(a_lo, b_hi, input_precision="tf32")
+            part = tl.dot(a_hi, b_lo, part, input_precision="tf32")
+            part = tl.dot(a_hi, b_hi, part, input_precision="tf32")
+            acc += part
+        elif SPLIT_MODE == 2:
+            acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        else:
+            part = tl.dot(a, b, input_precision="tf32x3")
+            acc += part
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
@@ -92,5 +113,5 @@ class ModelNew(nn.Module):
         grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
         _matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
                              C.stride(0), C.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                             GROUP_M=GROUP_M, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                             GROUP_M=GROUP_M, SPLIT_MODE=SPLIT_MODE, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         return C

@@ -27,7 +27,6 @@ import torch.nn as nn
 KGEN_TUNABLE = {
     "CLUSTER": [1, 2, 4, 8],
     "THREADS": [128, 256, 512, 1024],
-    "FB_THREADS": [256, 512, 1024],
     "COPY_CHUNK_KB": [8, 16, 32],
 }
 

@@ -18,7 +18,6 @@ KGEN_TUNABLE = {
     "CLUSTER": [2, 4, 8],
     "THREADS": [256, 512, 1024],
     "ITEMS": [4, 8],
-    "FB_THREADS": [256, 512, 1024],
 }
 
 CUDA_SRC = r"""
