@@ -42,6 +42,7 @@ import torch
 DEFAULT_ARCH = "9.0"  # the GPU kgen's published results target (H100) when no GPU is visible
 NVCC_TIMEOUT_S = 600
 TRIMMED_MAX_LINES = 40
+BUILT_STAMP = ".kgen-built"  # written after a build's load_inline returned: the .so beside it is complete
 STALE_LOCK_AGE_S = 30.0  # a torch lock younger than this may belong to a build outside kgen's flock
 
 
@@ -253,6 +254,20 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
     raise CudaNotRunnable(message)
 
 
+def _load_built(build_dir: Path, name: str, bound: inspect.BoundArguments) -> Any:
+    """The extension a finished build of this key left (its stamp is written only after load_inline
+    returned), imported without asking ninja: the key already covers everything the build depends on,
+    and torch re-runs ninja in every new process, which rebuilt sources the compile stage had built
+    (seen on the H100: 50 s of nvcc in the GPU stage for a prebuilt candidate). None: build it."""
+    if not bound.arguments.get("is_python_module", True) or not (build_dir / BUILT_STAMP).exists():
+        return None
+    if not (build_dir / f"{name}.so").exists():
+        return None
+    from torch.utils.cpp_extension import _import_module_from_library
+
+    return _import_module_from_library(name, str(build_dir), True)
+
+
 def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
     return bool(with_cuda) or bool(sources)
 
@@ -279,7 +294,12 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                                 _as_list(bound.arguments.get("extra_cuda_cflags")),
                                 _as_list(bound.arguments.get("extra_include_paths")), arch,
                                 kind == "load_inline" and not bound.arguments.get("no_implicit_headers", False))
-                module = run(name, str(build_dir))
+                module = _load_built(build_dir, name, bound) if torch.version.cuda else None
+                cached = module is not None
+                if module is None:
+                    module = run(name, str(build_dir))
+                    if torch.version.cuda:
+                        (build_dir / BUILT_STAMP).write_text(name)
             except CudaNotRunnable as e:
                 log.not_runnable = str(e)
                 log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
@@ -290,7 +310,8 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
             except Exception as e:  # torch raises RuntimeError with the ninja/compiler output in it
                 log.error = trim_compiler_output(str(e))
                 raise CudaBuildError(log.error) from None
-        log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
+        log.builds.append({"kind": kind, "key": key[:20], "arch": arch, "s": round(time.monotonic() - started, 2),
+                           "cached": cached})
         return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
 
     from kgen.op_trace import trust

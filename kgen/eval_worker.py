@@ -285,6 +285,7 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     counter.install()
     build_log = BuildLog()
     install_cuda_builders(build_log, counter.count)
+    details["cuda_builds"] = build_log.builds  # filled as builds happen (cached: loaded from the compile stage's build)
     recorder = ForbiddenUseRecorder(candidate_file)
     recorder.install()
     snapshot = _trusted_snapshot()
@@ -514,7 +515,10 @@ def main() -> None:
 
     limit_own_resources(job.get("memory_limit_bytes"))
     if job.get("cuda_arch"):
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", job["cuda_arch"])
+        # Pinned, whatever the machine's environment says: the CPU compile stage (no GPU visible) and
+        # the GPU process must key and build for the same arch, or the GPU stage rebuilds everything
+        # (seen on the H100: an image-wide TORCH_CUDA_ARCH_LIST made the two keys differ).
+        os.environ["KGEN_CUDA_ARCH"] = os.environ["TORCH_CUDA_ARCH_LIST"] = job["cuda_arch"]
     started = time.time()
     try:
         runner = {"evaluate": evaluate, "prebuild": prebuild, "baseline": baseline}[job["mode"]]

@@ -166,13 +166,16 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
                               "so the timing cannot be trusted; kept off the leaderboard")
 
 
-def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings) -> Optional[EvalResult]:
+def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings,
+             info: Optional[dict[str, Any]] = None) -> Optional[EvalResult]:
     """The CPU-side stage before the GPU: static checks, then CUDA sources built into the shared
     build cache (a child process; the cache is locked per key, so prebuilds may run in parallel).
     Returns a static_reject / compile_error result, or None when the candidate may go on. Triton
     kernels are JIT-compiled at their first launch in the GPU stage (compiling them ahead needs the
-    launch's argument types), so a Triton candidate that passes the static checks goes on."""
+    launch's argument types), so a Triton candidate that passes the static checks goes on.
+    `info`, when given, receives the stage's seconds and the builds it made."""
     started = time.monotonic()
+    info = info if info is not None else {}
     problem = _problem(problem, settings)
     verdict = check_source(source)
     result = _base_result(problem, settings, verdict.language)
@@ -184,6 +187,10 @@ def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings) 
         return None
     env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
     run = run_worker(_job("prebuild", problem, source, settings), settings.timeout_s, "cpu", env)
+    info["compile_s"] = round(time.monotonic() - started, 3)
+    info["builds"] = (run.result or {}).get("builds") or []
+    if run.result is None:
+        info["problem"] = "timed out" if run.timed_out else run.exit_description()
     if run.result and run.result.get("build_error"):
         result.outcome = "compile_error"
         result.message = f"CUDA build failed:\n{run.result['build_error']}"

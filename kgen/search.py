@@ -251,15 +251,23 @@ class Search:
         timing: set[int] = set()
         next_round, exhausted = first_round, False
         max_open = 2 if self.config.overlap else 1
+        limit = max_open  # propose while fewer rounds than this are open
         while True:
-            while (not exhausted and next_round < self.config.rounds and len(open_rounds) < max_open
+            while (not exhausted and next_round < self.config.rounds and len(open_rounds) < limit
                    and stages.compiling_count == 0):
                 self.progress.round_started(next_round)
                 jobs = self._round_jobs(next_round, device)
+                if jobs is None and open_rounds:
+                    # Asked ahead, before the open rounds were timed, a proposer can have nothing new yet
+                    # (the offline one retunes the best *timed* candidates): ask again once one finishes.
+                    self.progress.note(f"  waiting for round {min(open_rounds) + 1}'s results before proposing more")
+                    limit = len(open_rounds)
+                    break
                 if jobs is None:
                     self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
                     exhausted = True
                     break
+                limit = max_open
                 open_rounds[next_round] = {job.candidate_id for job in jobs}
                 round_of.update((job.candidate_id, next_round) for job in jobs)
                 for event in stages.submit(jobs, settings):

@@ -93,10 +93,12 @@ def _load(problem_path: str, size: str):
     return load_problem(problem_path, size)
 
 
-def _compile(problem_path: str, size: str, source: str, settings: EvalSettings) -> Optional[EvalResult]:
+def _compile(problem_path: str, size: str, source: str, settings: EvalSettings) -> tuple[Optional[EvalResult], dict]:
+    """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds)."""
     from kgen.evaluate import prebuild
 
-    return prebuild(_load(problem_path, size), source, settings)
+    info: dict = {}
+    return prebuild(_load(problem_path, size), source, settings, info), info
 
 
 class _Evaluator:
@@ -178,6 +180,7 @@ class Stages:
         self._compiling: dict = {}  # compile task ref -> (job, settings)
         self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
         self._timing: dict = {}  # evaluation ref -> (job, settings, actor index, started)
+        self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
 
     def _new_actor(self):
         return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
@@ -273,12 +276,14 @@ class Stages:
             elif ref in self._compiling:
                 job, settings = self._compiling.pop(ref)
                 try:
-                    failure = ray.get(ref)
+                    failure, info = ray.get(ref)
                 except RayError as e:
-                    failure = self._failed_remotely(e, "compile", settings)
+                    failure, info = self._failed_remotely(e, "compile", settings), {}
                 if failure is not None:
                     events.append(StageEvent("done", job.candidate_id, failure))
                 else:
+                    if info:
+                        self._compiled[job.candidate_id] = info
                     self._ready.append((job, settings))
             else:
                 job, settings, index, _ = self._timing.pop(ref)
@@ -288,6 +293,11 @@ class Stages:
                 except RayError as e:
                     result = self._failed_remotely(e, "evaluation", settings)
                     self._recover(index)
+                info = self._compiled.pop(job.candidate_id, None)
+                if info:  # the compile stage's seconds and builds go with the result
+                    result.details["compile_stage"] = info
+                    if result.compile_s is None:
+                        result.compile_s = info.get("compile_s")
                 events.append(StageEvent("done", job.candidate_id, result))
         now = time.monotonic()
         for ref, (job, settings, index, started) in list(self._timing.items()):
@@ -314,6 +324,7 @@ class Stages:
         self._compiling.clear()
         self._ready.clear()
         self._timing.clear()
+        self._compiled.clear()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""

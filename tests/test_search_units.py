@@ -105,3 +105,65 @@ def test_bad_configuration_is_refused(change, message):
 def test_an_unreachable_or_malformed_ray_address_fails_fast(address, message):
     with pytest.raises(KgenError, match=message):
         _check_reachable(address, timeout_s=2)
+
+
+class _InstantStages:
+    """Stand-in for the Ray stages (no cluster here): a submitted job leaves the compile stage at once
+    and finishes, correct, one per poll, so later rounds are proposed while earlier ones are open."""
+
+    compiling_count = 0
+
+    def __init__(self):
+        self.pending = []
+
+    def submit(self, jobs, settings):
+        self.pending += jobs
+        return []
+
+    def poll(self, timing_open):
+        from kgen.workers import StageEvent
+
+        done, self.pending = self.pending[:1], self.pending[1:]
+        return [StageEvent("done", job.candidate_id, EvalResult(outcome="correct", language="triton", device="cpu",
+                                                                size="small")) for job in done]
+
+    def cancel(self):
+        pass
+
+
+class _ProposesFromResults:
+    """Like the offline proposer once the starters are tried: nothing new until this run has a
+    correct candidate to retune."""
+
+    def __init__(self):
+        self.asked = []
+
+    def propose(self, problem, history, n, round_index):
+        from kgen.records import Proposal
+
+        self.asked.append((round_index, history.correct_count))
+        if round_index > 0 and history.correct_count == 0:
+            return []
+        return [Proposal(source=f"# round {round_index} candidate {i}\n", proposer="test", language="triton")
+                for i in range(n)]
+
+
+def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_path):
+    # Seen on the H100: with overlapping rounds, round 2 was asked for before round 1 was timed, the
+    # offline proposer had no parent yet, and the search stopped after one round of four.
+    from kgen.db import Candidate, open_db
+    from kgen.problems import load_problem
+    from kgen.records import EvalSettings
+    from kgen.search import Search
+
+    db = open_db(str(tmp_path / "k.db"))
+    config = SearchConfig(problem="softmax", rounds=3, candidates=2, proposer="offline", size="small")
+    proposer = _ProposesFromResults()
+    search = Search(db, config, load_problem("softmax", "small"), proposer,
+                    SearchProgress(Console(file=io.StringIO())))
+    search._open_run("cpu", 0)
+    search._rounds(_InstantStages(), EvalSettings(device="cpu", size="small"), 0, "cpu", None)
+    with db.reader() as s:
+        rounds = sorted(c.round for c in s.query(Candidate).filter_by(run_id=search.run_id))
+    assert rounds == [0, 0, 1, 1, 2, 2]
+    assert (1, 0) in proposer.asked  # asked early, had nothing, and was asked again later
