@@ -181,7 +181,11 @@ def search_cmd(
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
         replay_run=replay_run, overlap=overlap)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops as cleanly as Ctrl-C
+    from kgen.search import STOP_REQUESTED, request_stop
+
+    STOP_REQUESTED.clear()
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)  # `kill` stops as cleanly as Ctrl-C
     try:
         summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
                              progress=make_progress(quiet, console))

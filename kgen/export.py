@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from kgen import pyast
 from kgen import __version__
 from kgen.db import Candidate, Database, Evaluation, Run
 from kgen.errors import KgenError
@@ -136,7 +137,7 @@ def split_candidate(source: str) -> _Body:
     """The candidate without its docstring, `from __future__` lines (they must come first, so they are
     hoisted) and top-level `KGEN_*` settings nothing else in it reads."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as e:
         raise KgenError(f"the candidate's source does not parse (line {e.lineno}: {e.msg})") from e
     lines = source.splitlines(keepends=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kgen import pyast
 from kgen.errors import KgenError
 
 SIZES = ("full", "small")
@@ -55,7 +56,7 @@ def resolve_problem_path(problem: str) -> Path:
 def int_constants(source: str) -> dict[str, int]:
     """Top-level `NAME = <int literal>` assignments: the sizes a problem can be run at."""
     out: dict[str, int] = {}
-    for node in ast.parse(source).body:
+    for node in pyast.parse(source).body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                 and isinstance(node.value, ast.Constant) and type(node.value.value) is int):
             out[node.targets[0].id] = node.value.value
@@ -67,7 +68,7 @@ def rewrite_constants(source: str, overrides: dict[str, int]) -> str:
     if not overrides:
         return source
     lines = source.splitlines(keepends=True)
-    for node in reversed(ast.parse(source).body):
+    for node in reversed(pyast.parse(source).body):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id in overrides and isinstance(node.value, ast.Constant)
                 and node.lineno == node.end_lineno):

@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 import jinja2
 
+from kgen import pyast
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
@@ -79,7 +80,7 @@ def reference_source(problem: Problem) -> str:
     source = problem.sized_source
     drop: set[int] = set()
     try:
-        for node in ast.parse(source).body:
+        for node in pyast.parse(source).body:
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
             if any(isinstance(t, ast.Name) and t.id.startswith("KGEN_") for t in targets):
                 drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))

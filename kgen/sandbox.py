@@ -143,53 +143,102 @@ def sign(payload: bytes, nonce: str) -> str:
     return hmac.new(nonce.encode(), payload, hashlib.sha256).hexdigest()
 
 
-def run_worker(job: dict[str, Any], timeout_s: float, device: str, extra_env: Optional[dict[str, str]] = None,
-               workdir_parent: Optional[str] = None) -> SandboxRun:
-    """Run `python -m kgen.eval_worker` on `job` in a fresh, isolated process; never raises for
-    anything the child does."""
-    nonce = secrets.token_hex(32)
+@dataclass
+class _Child:
+    """A started worker process waiting for its job on stdin, and the private files that go with it."""
+
+    proc: subprocess.Popen
+    nonce: str
+    private: Path
+    workdir: Path
+    result_file: Any
+    prefix: tuple[str, ...]
+    memory_limit: Optional[int]
+
+    def discard(self) -> None:
+        _kill_group(self.proc)
+        self.result_file.close()
+        shutil.rmtree(self.private, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _spawn(device: str, extra_env: Optional[dict[str, str]], workdir_parent: Optional[str]) -> _Child:
     private = Path(tempfile.mkdtemp(prefix="kgen-eval-io-"))  # logs: outside the child's cwd
     workdir = Path(tempfile.mkdtemp(prefix="kgen-eval-", dir=workdir_parent))
     result_file = tempfile.TemporaryFile(dir=private)
-    result_fd = result_file.fileno()
-    stdout_path, stderr_path = private / "stdout", private / "stderr"
     env = scrubbed_env(extra_env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parent.parent),
                                                     env.get("PYTHONPATH", "")] if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TMPDIR"] = str(workdir)
     prefix = isolation_prefix(device)
-    memory_limit = cpu_memory_limit_bytes() if device == "cpu" else None
-    payload = json.dumps(dict(job, result_fd=result_fd, nonce=nonce, workdir=str(workdir),
-                              memory_limit_bytes=memory_limit)).encode()
+    with open(private / "stdout", "wb") as out, open(private / "stderr", "wb") as err:
+        proc = subprocess.Popen(_command(prefix), stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir,
+                                env=env, pass_fds=(result_file.fileno(),), start_new_session=True)
+    return _Child(proc=proc, nonce=secrets.token_hex(32), private=private, workdir=workdir, result_file=result_file,
+                  prefix=prefix, memory_limit=cpu_memory_limit_bytes() if device == "cpu" else None)
+
+
+# One started worker per configuration, kept by long-lived evaluators (keep_spare_workers): it imports
+# torch and triton while the current candidate runs, and takes the next job. Each job still gets a
+# process, directory and nonce no candidate has touched.
+_spares: dict[tuple, _Child] = {}
+_keep_spares = False
+
+
+def keep_spare_workers(enabled: bool = True) -> None:
+    """From now on, start the next worker while the current one runs (the GPU evaluators do this)."""
+    global _keep_spares
+    _keep_spares = enabled
+    if enabled:
+        import atexit
+
+        atexit.register(discard_spare_workers)
+    else:
+        discard_spare_workers()
+
+
+def discard_spare_workers() -> None:
+    while _spares:
+        _spares.popitem()[1].discard()
+
+
+def run_worker(job: dict[str, Any], timeout_s: float, device: str, extra_env: Optional[dict[str, str]] = None,
+               workdir_parent: Optional[str] = None) -> SandboxRun:
+    """Run `python -m kgen.eval_worker` on `job` in a fresh, isolated process; never raises for
+    anything the child does. The time limit counts from when the job is handed over."""
+    key = (device, tuple(sorted((extra_env or {}).items())), workdir_parent)
+    child = _spares.pop(key, None)
+    if child is not None and child.proc.poll() is not None:  # the spare died while waiting
+        child.discard()
+        child = None
+    if child is None:
+        child = _spawn(device, extra_env, workdir_parent)
+    payload = json.dumps(dict(job, result_fd=child.result_file.fileno(), nonce=child.nonce,
+                              workdir=str(child.workdir), memory_limit_bytes=child.memory_limit)).encode()
     started = time.monotonic()
     timed_out = False
-    proc = None
+    proc = child.proc
     try:
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(_command(prefix),
-                                    stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir, env=env,
-                                    pass_fds=(result_fd,), start_new_session=True)
-            try:
-                proc.stdin.write(payload)
-                proc.stdin.close()
-            except (BrokenPipeError, OSError):
-                pass  # it died at once; its exit status says how
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died at once; its exit status says how
+        if _keep_spares:
+            _spares[key] = _spawn(device, extra_env, workdir_parent)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
     finally:
-        if proc is not None:
-            _kill_group(proc)
+        _kill_group(proc)
     wall_s = time.monotonic() - started
-    result, problem = _read_result(result_file, nonce)
-    result_file.close()
-    run = SandboxRun(result=None if timed_out else result, returncode=proc.returncode if proc else None,
-                     timed_out=timed_out, wall_s=wall_s, stdout_tail=_tail(stdout_path),
-                     stderr_tail=_tail(stderr_path), isolation=list(prefix), result_problem=problem)
-    shutil.rmtree(private, ignore_errors=True)
-    shutil.rmtree(workdir, ignore_errors=True)
+    result, problem = _read_result(child.result_file, child.nonce)
+    run = SandboxRun(result=None if timed_out else result, returncode=proc.returncode,
+                     timed_out=timed_out, wall_s=wall_s, stdout_tail=_tail(child.private / "stdout"),
+                     stderr_tail=_tail(child.private / "stderr"), isolation=list(child.prefix), result_problem=problem)
+    child.discard()
     return run
 
 

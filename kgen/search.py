@@ -253,6 +253,8 @@ class Search:
         max_open = 2 if self.config.overlap else 1
         limit = max_open  # propose while fewer rounds than this are open
         while True:
+            if STOP_REQUESTED.is_set():
+                raise KeyboardInterrupt
             while (not exhausted and next_round < self.config.rounds and len(open_rounds) < limit
                    and stages.compiling_count == 0):
                 self.progress.round_started(next_round)
@@ -353,6 +355,17 @@ class Search:
             summary.best_speedup_compile = best.speedup_compile
             summary.best_roofline_pct = best.roofline_pct
         return summary
+
+
+# Set by the CLI's SIGINT/SIGTERM handler (request_stop) as it raises KeyboardInterrupt; the round loop
+# checks it too, so an interrupt swallowed on its way up (inside a library call) still stops the run.
+STOP_REQUESTED = threading.Event()
+
+
+def request_stop(signum=None, frame=None) -> None:
+    """Signal handler: stop the search as Ctrl-C does (the run is marked interrupted)."""
+    STOP_REQUESTED.set()
+    raise KeyboardInterrupt
 
 
 def run_search(db: Database | str | None, config: Optional[SearchConfig] = None, *,

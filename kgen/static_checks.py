@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from kgen import pyast
+
 TRITON_DECORATORS = {"jit", "autotune", "heuristics"}
 CUDA_BUILDERS = {"load_inline", "load"}
 # Dotted names (as written, after import aliases are resolved) that a candidate must not touch.
@@ -129,7 +131,7 @@ def check_source(source: str) -> StaticVerdict:
     """The static verdict on a candidate source: `rejection` is None when it may run."""
     language = detect_language(source)
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as e:
         return StaticVerdict(f"syntax error on line {e.lineno}: {e.msg}", language)
     except (ValueError, RecursionError) as e:

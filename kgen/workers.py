@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
@@ -67,6 +69,8 @@ def connect(address: Optional[str] = None) -> Cluster:
     if address:
         _check_reachable(address)
     kwargs = dict(log_to_driver=False, logging_level=logging.ERROR)
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -74,6 +78,11 @@ def connect(address: Optional[str] = None) -> Cluster:
             ray.init(address="local", include_dashboard=False, **kwargs)
     except (ConnectionError, TimeoutError, ValueError) as e:
         raise KgenError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
+    finally:
+        # ray.init replaces the SIGTERM handler with sys.exit, which would mark a `kill`ed search
+        # failed; the CLI's handler (stop as Ctrl-C does: run marked interrupted) goes back.
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
     resources = ray.cluster_resources()
     return Cluster(address=address, num_cpus=max(1, int(resources.get("CPU", 1))),
                    num_gpus=int(resources.get("GPU", 0)))
@@ -108,6 +117,9 @@ class _Evaluator:
         self.problem_path = problem_path
         self.size = size
         _load(problem_path, size)
+        from kgen.sandbox import keep_spare_workers
+
+        keep_spare_workers()  # the next candidate's process imports torch while this one runs
 
     def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
         from kgen.evaluate import evaluate_candidate

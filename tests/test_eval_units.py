@@ -119,6 +119,30 @@ def test_sandbox_reports_a_garbled_job_as_a_result_less_exit():
     assert run.result is not None and run.result["outcome"] == "runtime_error"
 
 
+def test_spare_workers_give_every_job_a_process_and_directory_no_job_has_used():
+    from kgen import sandbox
+
+    sandbox.keep_spare_workers()
+    try:
+        first = run_worker({"mode": "no-such-mode"}, 60, "cpu")
+        assert first.result is not None and first.result["outcome"] == "runtime_error"
+        (spare,) = sandbox._spares.values()
+        assert spare.proc.poll() is None and spare.workdir.exists()  # started, waiting for its job
+        second = run_worker({"mode": "no-such-mode"}, 60, "cpu")
+        assert second.result is not None and second.result["outcome"] == "runtime_error"
+        # the second job ran in that spare: it has exited and its directory is gone; a new one waits
+        assert spare.proc.poll() is not None and not spare.workdir.exists()
+        (fresh,) = sandbox._spares.values()
+        assert fresh.proc.pid != spare.proc.pid and fresh.workdir != spare.workdir and fresh.nonce != spare.nonce
+        os.killpg(fresh.proc.pid, 9)  # a spare that dies while waiting is replaced, not handed a job
+        fresh.proc.wait()
+        third = run_worker({"mode": "no-such-mode"}, 60, "cpu")
+        assert third.result is not None and third.result["outcome"] == "runtime_error"
+    finally:
+        sandbox.keep_spare_workers(False)
+    assert not sandbox._spares and not fresh.workdir.exists()
+
+
 def test_build_key_depends_on_everything_a_build_does():
     spec = {"cuda_sources": ["__global__ void k() {}"], "extra_cuda_cflags": ["-O3"]}
     base = build_key(spec, "9.0")
@@ -189,3 +213,19 @@ def test_prebuild_rejects_statically_and_passes_triton_on():
     assert prebuild("softmax", (CANDIDATES / "good_triton_softmax.py").read_text(), settings) is None
     result = prebuild("softmax", (CANDIDATES / "cuda_compile_error.py").read_text(), settings)
     assert result is not None and result.outcome == "compile_error" and "undefined_variable" in result.message
+
+
+def test_kgen_parses_python_one_thread_at_a_time():
+    # CPython 3.11's AST constructor is not safe across threads (gh-106905: "AST constructor recursion
+    # depth mismatch", seen in CI when two candidates were checked at once), so kgen serializes parses.
+    import threading
+
+    from kgen import pyast
+
+    done = threading.Event()
+    with pyast._lock:  # another thread is parsing
+        worker = threading.Thread(target=lambda: (pyast.parse("x = 1"), done.set()))
+        worker.start()
+        assert not done.wait(0.3)
+    assert done.wait(10)
+    worker.join()

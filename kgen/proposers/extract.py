@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from kgen import pyast
+
 # ```python ... ``` (any info string); a block the reply never closed runs to the end of the text.
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
 _MODEL_NEW = re.compile(r"^\s*class\s+ModelNew\b", re.M)
@@ -56,7 +58,7 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
     if not chosen:
         if not blocks and _MODEL_NEW.search(text):
             try:  # a bare Python reply with no fences
-                ast.parse(text)
+                pyast.parse(text)
                 return Extracted(text.strip() + "\n", None)
             except SyntaxError:
                 pass
@@ -68,7 +70,7 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
     idea = _idea(text[blocks[i - 1].end() if i else 0:blocks[i].start()], prose)
     if truncated:
         try:
-            ast.parse(source)
+            pyast.parse(source)
         except SyntaxError:
             return Extracted(None, idea, "the response was cut off at max_tokens before its code ended "
                                          "(raise --max-tokens)")

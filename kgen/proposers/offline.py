@@ -28,6 +28,7 @@ from itertools import combinations, product
 from pathlib import Path
 from typing import Optional
 
+from kgen import pyast
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem, int_constants
@@ -137,7 +138,7 @@ def _bounds(name: str) -> Optional[tuple[int, int]]:
 def find_tunables(source: str, exclude: frozenset[str] = frozenset()) -> list[Tunable]:
     """The tunable parameters of `source`, in source order (see the module docstring); `exclude`:
     lower-case names that never change."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     offsets = _line_offsets(source)
     declared = declared_tunables(tree)
     named: dict[str, list[tuple[int, tuple[int, int]]]] = {}
@@ -195,7 +196,7 @@ def apply_changes(source: str, changes: list[tuple[Tunable, int]]) -> str:
 
 def defines_model_new(source: str) -> bool:
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return False
     return any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
@@ -203,7 +204,7 @@ def defines_model_new(source: str) -> bool:
 
 def _docstring_line(source: str) -> Optional[str]:
     try:
-        doc = ast.get_docstring(ast.parse(source))
+        doc = ast.get_docstring(pyast.parse(source))
     except SyntaxError:
         return None
     return doc.strip().splitlines()[0] if doc else None

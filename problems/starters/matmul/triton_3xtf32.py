@@ -2,11 +2,14 @@
 
 Each fp32 operand tile is split in registers into x = hi + lo with hi = x rounded to TF32 (10
 mantissa bits, via integer add-and-mask) and lo = x - hi (exact in fp32).  The product is
-acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi on TF32 tensor cores (fp32 accumulation); the dropped
-a_lo*b_lo term and the TF32 truncation of lo are ~2^-21 relative per product, so the result
-lands ~1e-7..1e-6 normwise from the fp64 product (well inside 1e-5), at tensor-core speed
-(3 TF32 MMAs ~ 1/2 of the TF32 peak, several times the 52 TFLOP/s fp32 FMA limit).
-The split costs a few integer ops per loaded element per tile.
+a_lo*b_hi + a_hi*b_lo + a_hi*b_hi on TF32 tensor cores; the dropped a_lo*b_lo term and the TF32
+truncation of lo are ~2^-21 relative per product.
+Measured on the H100 (benchmarks/RESULTS.md, 2026-11-23): accumulating all three products in the
+tensor core's accumulator over the whole K loop (SPLIT_MODE 0) lands at 2.9e-5 normwise, outside
+the 1e-5 fp32 tolerance: the tensor core's own fp32 accumulation loses the low bits.  Promoting
+each BLOCK_K chunk's partial sum into an ordinary fp32 accumulator (SPLIT_MODE 1, the default)
+gives 2.4e-7.  It is correct but not yet faster than cuBLAS's fp32 SGEMM (3.75 vs 2.60 ms at
+4096^3): the split and the promotion add work in the inner loop that the three MMAs do not hide.
 """
 import torch
 import torch.nn as nn
