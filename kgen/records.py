@@ -70,6 +70,7 @@ class Proposal:
     proposer: str
     language: str = "unknown"
     model: Optional[str] = None
+    base_url: Optional[str] = None  # the endpoint that served it (LLM proposals)
     parent_ids: list[int] = field(default_factory=list)
     idea: Optional[str] = None
     origin: Optional[str] = None

@@ -62,6 +62,7 @@ def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], rou
         call = None
         if proposal.prompt is not None or proposal.response is not None:
             call = LLMCall(run_id=run_id, round=round_index, proposer=proposal.proposer, model=proposal.model,
+                           base_url=proposal.base_url,
                            template=proposal.template, prompt=proposal.prompt, response=proposal.response,
                            outcome="ok" if proposal.source else NO_CODE, error=proposal.error,
                            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,

@@ -66,6 +66,7 @@ def test_good_code_is_stored_with_its_idea_tokens_and_latency(db, problem):
     assert cand.idea == "Online softmax in two passes."
     assert ev is None  # waits for the evaluator
     assert call.outcome == "ok" and call.template == "propose" and call.attempts == 1
+    assert call.base_url == server.base_url.rstrip("/")  # which endpoint served it
     assert (call.tokens_in, call.tokens_out) == (120, 340)
     assert 0 < call.latency_s < 5
     assert call.prompt == sent["messages"] and [m["role"] for m in call.prompt] == ["system", "user"]

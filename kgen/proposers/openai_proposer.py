@@ -389,7 +389,8 @@ class OpenAIProposer:
             return CallResult(attempts=1, error=f"{type(e).__name__}: {_one_line(str(e))}")
 
     def _proposal(self, job: _Job, call: CallResult, seen: set[str]) -> Proposal:
-        proposal = Proposal(source=None, proposer=self.name, model=self.model, parent_ids=list(job.parent_ids),
+        proposal = Proposal(source=None, proposer=self.name, model=self.model, base_url=self.base_url,
+                            parent_ids=list(job.parent_ids),
                             origin=job.origin, prompt=job.messages, response=call.content, template=job.template,
                             tokens_in=call.tokens_in, tokens_out=call.tokens_out, latency_s=call.latency_s,
                             attempts=call.attempts, error=call.error)

@@ -64,7 +64,8 @@ class ReplayProposer:
         return Proposal(source=c.source or None, proposer="replay", language=c.language, model=c.model,
                         idea=c.idea, origin=f"replay of candidate #{c.id} from {db}",
                         prompt=call.prompt if call else None, response=call.response if call else None,
-                        template=call.template if call else None, error=error)
+                        template=call.template if call else None, base_url=call.base_url if call else None,
+                        error=error)
 
     @property
     def remaining(self) -> int:
