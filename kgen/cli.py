@@ -275,7 +275,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", help
     for r in rows:
         settings = (f"{lb.fmt_proposer(r.proposer, r.model)}, {r.size}, {r.candidates_per_round}/round, "
                     f"{r.language}, seed {r.seed}")
-        table.add_row(str(r.run_id), escape(r.problem), escape(settings), escape(r.device or "-"), r.status,
+        table.add_row(str(r.run_id), escape(r.problem), escape(settings), escape(r.device or "-"), r.status_text,
                       f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), str(r.correct),
                       "-" if r.best_candidate_id is None else str(r.best_candidate_id),
                       lb.fmt_x(r.best_speedup_eager), lb.fmt_x(r.best_speedup_compile),

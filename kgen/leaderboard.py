@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
+from kgen.store import process_alive
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -259,6 +260,14 @@ class RunRow:
     tokens_out: int
     started_at: dt.datetime
     finished_at: Optional[dt.datetime]
+    # for a `running` run: False when its process on this machine is gone (SIGKILLed; resume it),
+    # None when this machine cannot tell (another host, or not running)
+    process_alive: Optional[bool] = None
+
+    @property
+    def status_text(self) -> str:
+        return "running (process gone: resume it)" if self.status == "running" and self.process_alive is False \
+            else self.status
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -292,7 +301,8 @@ def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
                 best_speedup_eager=max((r.speedup_eager for r in board if r.speedup_eager is not None), default=None),
                 best_speedup_compile=max((r.speedup_compile for r in board if r.speedup_compile is not None),
                                          default=None),
-                tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at))
+                tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at,
+                process_alive=process_alive(run.settings) if run.status == "running" else None))
     return out
 
 

@@ -303,6 +303,7 @@ class Search:
                 candidates_per_round=config.candidates, settings=dict(asdict(config), gpus=gpus), device=device)
         else:
             store.set_run_status(self.db, self.run_id, "running")
+        store.set_run_process(self.db, self.run_id)
         with self.db.reader() as s:
             return s.get(Run, self.run_id).rounds_done
 

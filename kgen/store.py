@@ -54,6 +54,35 @@ def set_run_status(db: Database, run_id: int, status: str, rounds_done: Optional
             run.finished_at = utcnow()
 
 
+def set_run_process(db: Database, run_id: int) -> None:
+    """Record which process runs the search (host and pid, in its settings), so readers can tell a
+    run whose process was SIGKILLed (its status stays `running`) from one still going."""
+    import os
+    import socket
+
+    with db.session() as s:
+        run = s.get(Run, run_id)
+        run.settings = dict(run.settings or {}, process={"host": socket.gethostname(), "pid": os.getpid()})
+
+
+def process_alive(settings: Optional[dict]) -> Optional[bool]:
+    """Whether the process recorded by set_run_process still runs kgen: None where this machine
+    cannot tell (no record, or another host)."""
+    import os
+    import socket
+
+    proc = (settings or {}).get("process") or {}
+    if proc.get("host") != socket.gethostname() or not isinstance(proc.get("pid"), int):
+        return None
+    try:
+        with open(f"/proc/{proc['pid']}/cmdline", "rb") as f:
+            return b"kgen" in f.read()  # the pid may have been reused by something else
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+
+
 def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], round_index: Optional[int],
                  problem: str, problem_hash: Optional[str]) -> int:
     """Store a proposal (and its LLM call, if it came from one) before it is evaluated; returns the

@@ -1,6 +1,7 @@
 """`kgen search` end to end on the CPU: the real CLI in a subprocess, a real local Ray cluster, a real
 SQLite file, the offline and replay proposers, and the evaluator under Triton's interpreter."""
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -81,6 +82,10 @@ def test_resume_after_kill_evaluates_the_rest_and_nothing_twice(tmp_path):
     before = rows(db, "SELECT id, candidate_id, outcome, created_at FROM evaluations ORDER BY id")
     assert rows(db, "SELECT status, rounds_done FROM runs") == [("running", 0)]
     assert 0 in evaluations_per_candidate(db, 1).values(), "killed after the round had finished; kill sooner"
+    listed = run_kgen("runs", "--json", "--db", str(db))
+    [run] = json.loads(listed.stdout)
+    assert run["status"] == "running" and run["process_alive"] is False  # `kgen runs` tells it apart
+    assert "process gone" in run_kgen("runs", "--db", str(db), env={"COLUMNS": "400"}).stdout
 
     result = run_kgen("search", "--resume", "1", "--db", str(db), "--quiet", "--rounds", "7",
                       "--problem", "matmul")  # a resumed run keeps its own settings
