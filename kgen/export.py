@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from kgen import pyast
-from kgen import __version__
+from kgen import __version__, pyast
 from kgen.db import Candidate, Database, Evaluation, Run
 from kgen.errors import KgenError
 

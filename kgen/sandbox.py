@@ -16,6 +16,7 @@ check the worker makes uses functions captured before the candidate was imported
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import hmac
@@ -190,14 +191,11 @@ def keep_spare_workers(enabled: bool = True) -> None:
     """From now on, start the next worker while the current one runs (the GPU evaluators do this)."""
     global _keep_spares
     _keep_spares = enabled
-    if enabled:
-        import atexit
-
-        atexit.register(discard_spare_workers)
-    else:
+    if not enabled:
         discard_spare_workers()
 
 
+@atexit.register
 def discard_spare_workers() -> None:
     while _spares:
         _spares.popitem()[1].discard()
