@@ -6,6 +6,7 @@
 #   search:PROBLEM:ROUNDS:N[:LANG]  kgen search (offline proposer); an unfinished run of the same problem,
 #                                rounds, candidates and language in the DB is resumed instead of restarted
 #   bench:P1,P2:ROUNDS:N[:LANG]  kgen bench -> $OUT/bench/
+#   sweep:PROBLEM:STARTER[:A=1,2+B=3,4]  benchmarks/sweep.py over the grid -> $OUT/sweepI-PROBLEM-STARTER.json
 # Each step gets the time left (a step cut off by it is marked interrupted, and resumes next call).
 # Everything the steps print goes to $OUT/steps.log; the DB ($KGEN_DB) is saved to $OUT/h100.db.
 set -uo pipefail
@@ -28,6 +29,7 @@ for run_id, settings in rows:
         break
 PY
 }
+nsweep=0
 for step in "$@"; do
   t=$(left); [ "$t" -lt 30 ] && { echo "== skipped $step (only ${t}s left)" | tee -a "$log"; continue; }
   echo "== $(date +%T) $step (${t}s left)" | tee -a "$log"
@@ -44,6 +46,9 @@ for step in "$@"; do
     bench) pargs=(); for p in ${a//,/ }; do pargs+=(--problems "$p"); done
            timeout -s INT "$t" python3 -m kgen bench "${pargs[@]}" --rounds "$b" --candidates "$c" \
              --language "${d:-any}" --db "$KGEN_DB" --out "$OUT/bench" --timeout 150 2>&1 | quiet_ray | tee -a "$log" | tail -4 ;;
+    sweep) gargs=(); [ -n "$c" ] && for g in ${c//+/ }; do gargs+=(--grid "$g"); done
+           timeout "$t" python3 benchmarks/sweep.py "$a" "$b" "${gargs[@]}" --budget-s $(( t - 20 )) \
+             --json "$OUT/sweep$((++nsweep))-$a-${b%.py}.json" 2>&1 | tee -a "$log" | tail -3 ;;
     *) echo "unknown step $step" | tee -a "$log" ;;
   esac
 done

@@ -68,7 +68,9 @@ def problems_cmd(size: str = SizeOption) -> None:
     console.print(table)
     if ceilings is not None:
         console.print(f"{ceilings.device}: {ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
-                      f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s (measured)")
+                      f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} TF32, "
+                      f"{ceilings.half_flops_per_s / 1e12:.0f} bf16 (measured); fp32 floors allow 3xTF32 "
+                      "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic")
 
 
 @app.command("eval")

@@ -155,7 +155,7 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
     if floor is None:
         from kgen.roofline import compute_roofline, device_ceilings
 
-        floor = compute_roofline(problem).floor_ms(device_ceilings())
+        floor = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
     if floor:
         result.roofline_pct = floor / result.runtime_ms * 100.0
         result.details["floor_ms"] = floor

@@ -3,7 +3,15 @@
 Bytes: every input and parameter read once, every output written once. FLOPs: torch's FLOP counter
 (matmul, conv ...) on the meta device, or the problem's own `KGEN_FLOPS` where the counter does not
 count its operators (softmax, norms). Ceilings are measured once per device (a large device-to-device
-copy for bandwidth, a large fp32 matmul with TF32 off for FLOP/s) and cached in a JSON file.
+copy for bandwidth; large matmuls for FLOP/s: fp32 with TF32 off, TF32, bf16) and cached in a JSON file.
+
+The compute ceiling is the fastest arithmetic that can still pass the accuracy check, because the floor
+is used to call a time physically impossible (`suspicious`), and a legitimate kernel must never be:
+  * fp32 problems at the default tolerance (1e-5): plain TF32 fails it, but error-compensated 3xTF32
+    (three TF32 products per fp32 product) passes, so the ceiling is max(fp32 FMA, TF32 / 3);
+  * fp32 problems under a looser --rtol (TF32 lands near 3e-4, fp16/bf16 near 5e-4 to 4e-3): any
+    tensor-core rate, so max(fp32, TF32, bf16);
+  * fp16/bf16 problems: the 16-bit tensor-core rate.
 """
 
 from __future__ import annotations
@@ -20,28 +28,46 @@ from torch.utils.flop_counter import FlopCounterMode
 from kgen.problems import Problem
 
 
+FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
+
+
 @dataclass(frozen=True)
 class Roofline:
     bytes_moved: int
     flops: int
+    dtype: str = "float32"  # the problem's floating dtype: it decides which arithmetic may pass the check
 
-    def floor_ms(self, ceilings: "Ceilings | None") -> float | None:
+    def compute_rate(self, ceilings: "Ceilings", rtol: float | None = None) -> float:
+        """FLOP/s of the fastest arithmetic that can pass the accuracy check (module docstring)."""
+        rate = ceilings.fp32_flops_per_s
+        if self.dtype in ("float16", "bfloat16"):
+            return max(rate, ceilings.half_flops_per_s)
+        if self.dtype == "float32":
+            if rtol is not None and rtol > FP32_DEFAULT_RTOL:
+                return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
+            return max(rate, ceilings.tf32_flops_per_s / 3)
+        return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
+
+    def floor_ms(self, ceilings: "Ceilings | None", rtol: float | None = None) -> float | None:
         if ceilings is None:
             return None
-        return 1e3 * max(self.bytes_moved / ceilings.bandwidth_bytes_per_s, self.flops / ceilings.fp32_flops_per_s)
+        return 1e3 * max(self.bytes_moved / ceilings.bandwidth_bytes_per_s,
+                         self.flops / self.compute_rate(ceilings, rtol))
 
-    def bound(self, ceilings: "Ceilings") -> str:
+    def bound(self, ceilings: "Ceilings", rtol: float | None = None) -> str:
         mem = self.bytes_moved / ceilings.bandwidth_bytes_per_s
-        return "memory" if mem >= self.flops / ceilings.fp32_flops_per_s else "compute"
+        return "memory" if mem >= self.flops / self.compute_rate(ceilings, rtol) else "compute"
 
 
 @dataclass(frozen=True)
 class Ceilings:
     device: str
     bandwidth_bytes_per_s: float
-    fp32_flops_per_s: float
+    fp32_flops_per_s: float      # fp32 FMA (TF32 off)
     torch_version: str
     measured_at: float
+    tf32_flops_per_s: float = 0.0  # TF32 tensor cores
+    half_flops_per_s: float = 0.0  # bf16 tensor cores
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -61,7 +87,7 @@ def compute_roofline(problem: Problem) -> Roofline:
              + sum(_nbytes(o) for o in outs if isinstance(o, torch.Tensor)))
     declared = getattr(problem.module, "KGEN_FLOPS", None)
     flops = int(declared) if declared is not None else int(counter.get_total_flops())
-    return Roofline(bytes_moved=int(moved), flops=flops)
+    return Roofline(bytes_moved=int(moved), flops=flops, dtype=problem.dtype)
 
 
 def _cache_path() -> Path:
@@ -85,7 +111,8 @@ def _median_ms(fn, reps: int) -> float:
 
 
 def measure_ceilings(device_index: int = 0) -> Ceilings:
-    """Measure HBM bandwidth (1 GiB copy, bytes read + written) and fp32 FLOP/s (8192³, TF32 off)."""
+    """Measure HBM bandwidth (1 GiB copy, bytes read + written) and FLOP/s of 8192³ matmuls: fp32 with
+    TF32 off, TF32, and bf16."""
     with torch.cuda.device(device_index):
         src = torch.randn(1 << 28, device="cuda")  # 1 GiB fp32
         dst = torch.empty_like(src)
@@ -93,16 +120,22 @@ def measure_ceilings(device_index: int = 0) -> Ceilings:
         bandwidth = 2 * _nbytes(src) / (copy_ms / 1e3)
         del src, dst
         prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
+        n = 8192
+        a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
         try:
-            n = 8192
-            a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-            mm_ms = _median_ms(lambda: a @ b, 10)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            fp32_ms = _median_ms(lambda: a @ b, 10)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            tf32_ms = _median_ms(lambda: a @ b, 10)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
-        flops = 2 * n**3 / (mm_ms / 1e3)
+        a, b = a.bfloat16(), b.bfloat16()
+        half_ms = _median_ms(lambda: a @ b, 10)
+        del a, b
+        rate = lambda ms: 2 * n**3 / (ms / 1e3)  # noqa: E731
         return Ceilings(device=torch.cuda.get_device_name(device_index), bandwidth_bytes_per_s=bandwidth,
-                        fp32_flops_per_s=flops, torch_version=torch.__version__, measured_at=time.time())
+                        fp32_flops_per_s=rate(fp32_ms), torch_version=torch.__version__, measured_at=time.time(),
+                        tf32_flops_per_s=rate(tf32_ms), half_flops_per_s=rate(half_ms))
 
 
 def device_ceilings(measure: bool = True) -> Ceilings | None:
@@ -118,8 +151,9 @@ def device_ceilings(measure: bool = True) -> Ceilings | None:
         except (OSError, ValueError):
             cache = {}
     key = f"{name}|{torch.__version__}"
-    if key in cache:
-        return Ceilings(**cache[key])
+    cached = cache.get(key)
+    if isinstance(cached, dict) and cached.get("tf32_flops_per_s") and cached.get("half_flops_per_s"):
+        return Ceilings(**cached)  # entries from before the tensor-core rates were measured are re-measured
     if not measure:
         return None
     ceilings = measure_ceilings(0)

@@ -198,7 +198,7 @@ class Search:
                                 timeout_s=self.config.timeout_s)
         if settings.device == "cpu":
             return settings, None
-        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings())
+        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
         self.progress.note("timing the baselines (eager, torch.compile, max-autotune; cached in the DB) while the "
                            "first candidates compile ...")
         thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,

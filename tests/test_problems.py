@@ -5,7 +5,7 @@ import torch
 
 from kgen.errors import KgenError
 from kgen.problems import load_problem, problem_names, rewrite_constants
-from kgen.roofline import Ceilings, compute_roofline
+from kgen.roofline import Ceilings, Roofline, compute_roofline
 
 from conftest import PROBLEM_FILES
 
@@ -55,6 +55,26 @@ def test_floor_time_takes_the_larger_of_memory_and_compute():
     assert compute_roofline(load_problem("softmax")).floor_ms(h100) == pytest.approx(2 * 4096 * 65536 * 4 / 3e9)
     assert compute_roofline(load_problem("matmul")).floor_ms(h100) == pytest.approx(2 * 4096**3 / 52e9)
     assert compute_roofline(load_problem("softmax")).floor_ms(None) is None
+
+
+def test_compute_floor_is_the_fastest_arithmetic_that_can_pass_the_check():
+    h100 = Ceilings(device="H100", bandwidth_bytes_per_s=3.0e12, fp32_flops_per_s=52e12, torch_version="x",
+                    measured_at=0, tf32_flops_per_s=390e12, half_flops_per_s=700e12)
+    mm = compute_roofline(load_problem("matmul"))
+    assert mm.dtype == "float32"
+    # default fp32 tolerance: plain TF32 fails it, 3xTF32 passes, so a kernel may reach TF32 / 3
+    assert mm.floor_ms(h100) == pytest.approx(2 * 4096**3 / (390e9 / 3))
+    assert mm.floor_ms(h100, rtol=1e-5) == pytest.approx(2 * 4096**3 / (390e9 / 3))
+    # a looser tolerance admits 16-bit tensor cores: the floor drops to their rate
+    assert mm.floor_ms(h100, rtol=1e-2) == pytest.approx(2 * 4096**3 / 700e9)
+    # a memory-bound problem keeps its bandwidth floor whatever the arithmetic
+    assert compute_roofline(load_problem("softmax")).floor_ms(h100, rtol=1e-2) == pytest.approx(2 * 4096 * 65536 * 4 / 3e9)
+    # a 16-bit problem: the 16-bit tensor-core rate
+    half = Roofline(bytes_moved=1, flops=10**12, dtype="float16")
+    assert half.floor_ms(h100) == pytest.approx(1e3 * 1e12 / 700e12)
+    # when TF32 / 3 is below the FMA rate (a slow tensor-core part), the FMA rate stands
+    slow = Ceilings("x", 3e12, 52e12, "x", 0, tf32_flops_per_s=60e12, half_flops_per_s=120e12)
+    assert mm.floor_ms(slow) == pytest.approx(2 * 4096**3 / 52e9)
 
 
 @pytest.mark.parametrize("fname", ["elementwise_gelu_scale.py", "reduce_sum_dim.py", "conv_bn_relu_block.py"])
