@@ -8,8 +8,9 @@ Measured on the H100 (benchmarks/RESULTS.md, 2026-11-23): accumulating all three
 tensor core's accumulator over the whole K loop (SPLIT_MODE 0) lands at 2.9e-5 normwise, outside
 the 1e-5 fp32 tolerance: the tensor core's own fp32 accumulation loses the low bits.  Promoting
 each BLOCK_K chunk's partial sum into an ordinary fp32 accumulator (SPLIT_MODE 1, the default)
-gives 2.4e-7.  It is correct but not yet faster than cuBLAS's fp32 SGEMM (3.75 vs 2.60 ms at
-4096^3): the split and the promotion add work in the inner loop that the three MMAs do not hide.
+gives 2.4e-7.  It is correct but slower than cuBLAS's fp32 SGEMM (3.7 vs 2.7 ms at 4096^3): B [K, N]
+is N-major, and Hopper's wgmma reads TF32 operands only K-major, so the MMAs do not run at the
+tensor cores' rate.  triton_3xtf32_presplit.py splits once, B transposed, and runs at 1.46 ms.
 """
 import torch
 import torch.nn as nn
