@@ -327,10 +327,12 @@ def report_cmd(
 @app.command("bench")
 def bench_cmd(
     problems: Optional[list[str]] = typer.Option(None, "--problems", help="problems to search (repeat the option; default: the five)"),
-    rounds: int = typer.Option(3, "--rounds"),
-    candidates: int = typer.Option(8, "--candidates", "-n"),
+    rounds: int = typer.Option(2, "--rounds"),
+    candidates: int = typer.Option(3, "--candidates", "-n"),
     seed: int = typer.Option(0, "--seed"),
-    language: str = typer.Option("any", "--language", help="triton | cuda | any"),
+    language: str = typer.Option("triton", "--language",
+                                 help="triton | cuda | any (default triton: the default budget then fits one 10-minute "
+                                      "GPU call for the five problems; CUDA builds take 30-90 s each)"),
     out: str = typer.Option("bench-out", "--out", help="folder for bench.md, bench.json and bench.db"),
     db: Optional[str] = typer.Option(None, "--db", help="results DB (default: OUT/bench.db)"),
     timeout: float = typer.Option(300.0, "--timeout", help="seconds one candidate's evaluation may take"),
