@@ -3,7 +3,7 @@
 Bytes: every input and parameter read once, every output written once. FLOPs: torch's FLOP counter
 (matmul, conv ...) on the meta device, or the problem's own `KGEN_FLOPS` where the counter does not
 count its operators (softmax, norms). Ceilings are measured once per device (a large device-to-device
-copy for bandwidth; large matmuls for FLOP/s: fp32 with TF32 off, TF32, bf16) and cached in a JSON file.
+copy for bandwidth; large matmuls for FLOP/s: fp32 with TF32 off, TF32, fp16/bf16) and cached in a JSON file.
 
 The compute ceiling is the fastest arithmetic that can still pass the accuracy check, because the floor
 is used to call a time physically impossible (`suspicious`), and a legitimate kernel must never be:
@@ -67,7 +67,7 @@ class Ceilings:
     torch_version: str
     measured_at: float
     tf32_flops_per_s: float = 0.0  # TF32 tensor cores
-    half_flops_per_s: float = 0.0  # bf16 tensor cores
+    half_flops_per_s: float = 0.0  # 16-bit tensor cores (the faster of fp16 and bf16)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -112,7 +112,7 @@ def _median_ms(fn, reps: int) -> float:
 
 def measure_ceilings(device_index: int = 0) -> Ceilings:
     """Measure HBM bandwidth (1 GiB copy, bytes read + written) and FLOP/s of 8192³ matmuls: fp32 with
-    TF32 off, TF32, and bf16."""
+    TF32 off, TF32, and the faster of fp16 and bf16."""
     with torch.cuda.device(device_index):
         src = torch.randn(1 << 28, device="cuda")  # 1 GiB fp32
         dst = torch.empty_like(src)
@@ -122,20 +122,26 @@ def measure_ceilings(device_index: int = 0) -> Ceilings:
         prev = torch.backends.cuda.matmul.allow_tf32
         n = 8192
         a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        rate = lambda ms: 2 * n**3 / (ms / 1e3)  # noqa: E731
         try:
             torch.backends.cuda.matmul.allow_tf32 = False
-            fp32_ms = _median_ms(lambda: a @ b, 10)
+            fp32 = rate(_median_ms(lambda: a @ b, 10))
             torch.backends.cuda.matmul.allow_tf32 = True
-            tf32_ms = _median_ms(lambda: a @ b, 10)
+            tf32 = rate(_median_ms(lambda: a @ b, 10))  # a GPU without TF32 runs fp32 here: same rate
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
-        a, b = a.bfloat16(), b.bfloat16()
-        half_ms = _median_ms(lambda: a @ b, 10)
+        half = 0.0  # the faster of fp16 and bf16 (a V100 has fp16 tensor cores and no bf16 ones)
+        for dtype in (torch.float16, torch.bfloat16):
+            try:
+                a16, b16 = a.to(dtype), b.to(dtype)
+                half = max(half, rate(_median_ms(lambda: a16 @ b16, 10)))
+                del a16, b16
+            except RuntimeError:  # no matmul of that type on this GPU
+                pass
         del a, b
-        rate = lambda ms: 2 * n**3 / (ms / 1e3)  # noqa: E731
         return Ceilings(device=torch.cuda.get_device_name(device_index), bandwidth_bytes_per_s=bandwidth,
-                        fp32_flops_per_s=rate(fp32_ms), torch_version=torch.__version__, measured_at=time.time(),
-                        tf32_flops_per_s=rate(tf32_ms), half_flops_per_s=rate(half_ms))
+                        fp32_flops_per_s=fp32, torch_version=torch.__version__, measured_at=time.time(),
+                        tf32_flops_per_s=tf32, half_flops_per_s=half)
 
 
 def device_ceilings(measure: bool = True) -> Ceilings | None:
@@ -152,7 +158,7 @@ def device_ceilings(measure: bool = True) -> Ceilings | None:
             cache = {}
     key = f"{name}|{torch.__version__}"
     cached = cache.get(key)
-    if isinstance(cached, dict) and cached.get("tf32_flops_per_s") and cached.get("half_flops_per_s"):
+    if isinstance(cached, dict) and "tf32_flops_per_s" in cached and "half_flops_per_s" in cached:
         return Ceilings(**cached)  # entries from before the tensor-core rates were measured are re-measured
     if not measure:
         return None
