@@ -13,7 +13,8 @@ from sqlalchemy import select
 from kgen.db import Baseline, Candidate, Database
 from kgen.problems import Problem
 from kgen.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
-from kgen.store import ScoredCandidate, correct_candidates, normalized_source_hash, recent_failures, tried_hashes
+from kgen.store import (ScoredCandidate, correct_candidates, normalized_source_hash, out_of_resource_sources,
+                        recent_failures, tried_hashes)
 
 MESSAGE_HEAD_LINES = 20
 MESSAGE_TAIL_LINES = 12
@@ -29,6 +30,7 @@ class History:
     ideas_that_worked: list[str] = field(default_factory=list)
     tried_hashes: set[str] = field(default_factory=set)  # store.normalized_source_hash of every proposed source
     parent_ids: set[int] = field(default_factory=set)  # candidates that already have a child (a failure: repaired)
+    out_of_resources: list[str] = field(default_factory=list)  # sources that failed for lack of shared memory etc.
     correct_count: int = 0
     baseline_eager_ms: Optional[float] = None
     baseline_compile_ms: Optional[float] = None
@@ -118,6 +120,7 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     return History(best=pick_diverse(ranked, max_best), failures=failures, ideas_that_worked=ideas[:max_ideas],
                    tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
                    parent_ids=_parent_ids(db, problem),
+                   out_of_resources=out_of_resource_sources(db, problem_hash=problem.source_hash),
                    baseline_eager_ms=base.eager_ms if base else None,
                    baseline_compile_ms=base.compile_ms if base else None,
                    floor_ms=roofline.floor_ms(ceilings), roofline=roofline, ceilings=ceilings, device=device)

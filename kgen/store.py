@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from typing import Optional
@@ -188,6 +189,21 @@ def recent_failures(db: Database, *, problem_hash: Optional[str] = None, run_id:
         rows = s.execute(_latest_evaluations(problem_hash, run_id).where(Evaluation.outcome.in_(FAILURE_OUTCOMES))
                          .order_by(Evaluation.id.desc()).limit(limit))
         return [_scored(c, e) for c, e in rows]
+
+
+# how a launch that needs more on-chip memory or registers than the GPU has fails (Triton; the CUDA runtime)
+OUT_OF_RESOURCES = re.compile(r"out of resource|too many resources requested|uses too much shared data|"
+                              r"exceeds? (the )?(maximum|max)\w* (dynamic )?shared memory", re.I)
+
+
+def out_of_resource_sources(db: Database, *, problem_hash: Optional[str] = None, limit: int = 200) -> list[str]:
+    """Sources of this problem's newest candidates that failed for lack of on-chip resources (any run):
+    the offline proposer does not retune into a configuration at least as large as one of them."""
+    with db.reader() as s:
+        rows = s.execute(_latest_evaluations(problem_hash, None)
+                         .where(Evaluation.outcome.in_(("runtime_error", "compile_error")))
+                         .order_by(Evaluation.id.desc()).limit(limit * 5))
+        return [c.source for c, e in rows if c.source and OUT_OF_RESOURCES.search(e.message or "")][:limit]
 
 
 def tried_hashes(db: Database, *, problem_hash: Optional[str] = None) -> set[str]:

@@ -297,3 +297,38 @@ def problem_softmax():
 
 def _mem_db():
     return open_db("sqlite://")
+
+
+OUT_OF_SHARED = ("OutOfResources: out of resource: shared memory, Required: 262144, Hardware limit: 232448. "
+                 "Reducing block sizes or `num_stages` may help.")
+
+
+@pytest.mark.parametrize("message, pruned", [(OUT_OF_SHARED, True), ("RuntimeError: an unrelated failure", False)])
+def test_no_retuning_at_least_as_large_as_one_that_ran_out_of_shared_memory(tmp_path, message, pruned):
+    """The timing landscape pulls BLOCK_SIZE up to 2048, but every BLOCK_SIZE >= 1024 fails. After an
+    out-of-resource failure, no proposal may be as large or larger in every block/stage tunable with the
+    other tunables equal; an unrelated failure teaches nothing (the control: such proposals do come)."""
+    problem = tiny_problem(tmp_path)
+    db = open_db(str(tmp_path / "oor.db"))
+    proposer = OfflineProposer(problem=problem, seed=5)
+    grows = lambda name: name == "BLOCK_SIZE" or name.startswith("num_stages@")  # noqa: E731
+    failed: list[dict[str, int]] = []
+    dominated = 0
+    for r in range(8):
+        for p in proposer.propose(problem, build_history(db, problem), 4, r):
+            values = {t.name: t.value for t in find_tunables(p.source, proposer.exclude)}
+            dominated += any(f.keys() == values.keys() and all(values[k] >= v if grows(k) else values[k] == v
+                                                              for k, v in f.items()) for f in failed)
+            cid = add_proposal(db, p, run_id=None, round_index=r, problem=problem.name,
+                               problem_hash=problem.source_hash)
+            if values.get("BLOCK_SIZE", 0) >= 1024:
+                add_evaluation(db, cid, EvalResult(outcome="runtime_error", message=message))
+                failed.append(values)
+            else:
+                add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=fake_runtime_ms(p.source)))
+    db.close()
+    assert failed, "the landscape must lead the search into the failing sizes at least once"
+    if pruned:
+        assert dominated == 0
+    else:
+        assert dominated > 0

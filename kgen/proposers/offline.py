@@ -12,7 +12,10 @@ staying powers of two within bounds (warps 1..32, stages 1..6, threads 32..1024,
 
 It never proposes a source whose normalized hash was tried (the DB's, or earlier in the batch), is
 deterministic for a seed (each round draws from seed and round), and when it runs out of unseen
-retunings it proposes fewer, and logs so.
+retunings it proposes fewer, and logs so. Nor does it propose a retuning that is at least as large as
+one that already failed for lack of on-chip resources ("out of resource: shared memory"): same kernel,
+the same values for every other tunable, and every tile/block/stage tunable as large or larger (those
+only ever grow shared memory and registers).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Optional
 
 from kgen import pyast
 from kgen.errors import KgenError
-from kgen.history import History
+from kgen.history import History, kernel_shape
 from kgen.problems import Problem, int_constants
 from kgen.proposers.extract import guess_language
 from kgen.records import Proposal
@@ -46,6 +49,8 @@ TUNABLE_PATTERNS: tuple[tuple[str, int, int], ...] = (
     (r"ITEMS_PER_THREAD|UNROLL\w*|VEC\w*", 1, 16),
     (r"BLOCK\w*|TILE\w*|\w+_BLOCK|\w+_SIZE", 16, 65536),
 )
+# Tunables whose growth never shrinks shared memory or registers: tiles, blocks, pipeline stages.
+GROWS_RESOURCES = re.compile(r"BLOCK\w*|TILE\w*|\w+_BLOCK|(NUM_)?STAGES|\w+_STAGES|num_stages@L\d+")
 # Names that hold a problem's or the hardware's sizes, not a tuning choice.
 NEVER_TUNED = re.compile(r"WARP_SIZE|\w*(BATCH|KERNEL|HIDDEN|FEATURE|CHANNEL|EMBED|SEQ|VOCAB|INPUT|OUTPUT)\w*")
 LAUNCH_KEYWORDS = {"num_warps": (1, 32), "num_stages": (1, 6)}
@@ -245,6 +250,7 @@ class OfflineProposer:
         self.seed = seed
         self.starters = load_starters(problem, starters_dir, language)
         self.exclude = frozenset(k.lower() for k in int_constants(problem.source))
+        self._too_big: dict[str, list[dict[str, int]]] = {}  # kernel shape -> configs that ran out of resources
 
     def _origin_of(self, starter: Starter) -> str:
         return f"starter {starter.path.parent.name}/{starter.path.name}"
@@ -262,6 +268,7 @@ class OfflineProposer:
         if len(proposals) < n:
             parents = self._parents(history)
             rng = random.Random(f"kgen-offline:{self.seed}:{round_index}")
+            self._too_big = self._too_big_configs(history.out_of_resources)
             proposals += self._children(parents, n - len(proposals), seen, rng)
         if len(proposals) < n:
             log.warning("offline proposer: %d of %d candidates this round; every other retuning of the best "
@@ -287,8 +294,35 @@ class OfflineProposer:
                 kept.append(parent)
         return kept
 
+    def _too_big_configs(self, sources: list[str]) -> dict[str, list[dict[str, int]]]:
+        """Tunable values of the sources that ran out of on-chip resources, by kernel (numbers aside)."""
+        configs: dict[str, list[dict[str, int]]] = {}
+        for source in sources:
+            try:
+                values = {t.name: t.value for t in find_tunables(source, self.exclude)}
+            except SyntaxError:
+                continue
+            if values:
+                configs.setdefault(kernel_shape(source), []).append(values)
+        return configs
+
+    def _needs_too_much(self, parent: Parent, changes: list[tuple[Tunable, int]]) -> bool:
+        failed = self._too_big.get(kernel_shape(parent.source))
+        if not failed:
+            return False
+        child = {t.name: t.value for t in parent.tunables}
+        child.update({t.name: v for t, v in changes})
+        for values in failed:
+            if values.keys() != child.keys():
+                continue
+            if all(child[k] >= v if GROWS_RESOURCES.fullmatch(k) else child[k] == v for k, v in values.items()):
+                return True
+        return False
+
     def _child(self, parent: Parent, changes: list[tuple[Tunable, int]], seen: set[str]) -> Optional[Proposal]:
         changes = sorted(changes, key=lambda change: change[0].sites[0])
+        if self._needs_too_much(parent, changes):
+            return None
         source = apply_changes(parent.source, changes)
         digest = normalized_source_hash(source)
         if digest in seen or not defines_model_new(source):
