@@ -69,7 +69,7 @@ def problems_cmd(size: str = SizeOption) -> None:
     if ceilings is not None:
         console.print(f"{ceilings.device}: {ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
                       f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} TF32, "
-                      f"{ceilings.half_flops_per_s / 1e12:.0f} bf16 (measured); fp32 floors allow 3xTF32 "
+                      f"{ceilings.half_flops_per_s / 1e12:.0f} fp16/bf16 (measured); fp32 floors allow 3xTF32 "
                       "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic")
 
 

@@ -9,7 +9,7 @@ The variables every template sees (see `prompt_context`):
                  inputs, outputs (shape+dtype text), dtype
   language       triton | cuda | any
   device         the GPU's name, or None (no GPU: candidates are checked in Triton's interpreter)
-  ceilings       {bandwidth_gb_s, fp32_tflop_s, tf32_tflop_s, bf16_tflop_s} measured on the device, or None
+  ceilings       {bandwidth_gb_s, fp32_tflop_s, tf32_tflop_s, half_tflop_s (fp16/bf16)} measured on the device, or None
   roofline       {flops, bytes, floor_ms, bound}; floor_ms and bound are None without ceilings
   baseline       {eager_ms, compile_ms}, each None until timed
   best           the best correct candidates, fastest first: {id, language, source, idea, runtime_ms,
@@ -103,7 +103,7 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "ceilings": None if ceil is None else {"bandwidth_gb_s": ceil.bandwidth_bytes_per_s / 1e9,
                                                "fp32_tflop_s": ceil.fp32_flops_per_s / 1e12,
                                                "tf32_tflop_s": ceil.tf32_flops_per_s / 1e12,
-                                               "bf16_tflop_s": ceil.half_flops_per_s / 1e12},
+                                               "half_tflop_s": ceil.half_flops_per_s / 1e12},
         "roofline": {"flops": roof.flops if roof else None, "bytes": roof.bytes_moved if roof else None,
                      "floor_ms": history.floor_ms,
                      "bound": roof.bound(ceil) if roof is not None and ceil is not None else None},

@@ -10,7 +10,7 @@ is used to call a time physically impossible (`suspicious`), and a legitimate ke
   * fp32 problems at the default tolerance (1e-5): plain TF32 fails it, but error-compensated 3xTF32
     (three TF32 products per fp32 product) passes, so the ceiling is max(fp32 FMA, TF32 / 3);
   * fp32 problems under a looser --rtol (TF32 lands near 3e-4, fp16/bf16 near 5e-4 to 4e-3): any
-    tensor-core rate, so max(fp32, TF32, bf16);
+    tensor-core rate, so max(fp32, TF32, fp16/bf16);
   * fp16/bf16 problems: the 16-bit tensor-core rate.
 """
 
@@ -42,9 +42,7 @@ class Roofline:
         rate = ceilings.fp32_flops_per_s
         if self.dtype in ("float16", "bfloat16"):
             return max(rate, ceilings.half_flops_per_s)
-        if self.dtype == "float32":
-            if rtol is not None and rtol > FP32_DEFAULT_RTOL:
-                return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
+        if self.dtype == "float32" and (rtol is None or rtol <= FP32_DEFAULT_RTOL):
             return max(rate, ceilings.tf32_flops_per_s / 3)
         return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
 

@@ -93,6 +93,7 @@ class Parent:
     candidate_id: Optional[int] = None
     origin: str = ""
     tunables: list[Tunable] = field(default_factory=list)
+    shape: str = ""  # history.kernel_shape of the source: the kernel, numbers aside
 
 
 def _line_offsets(source: str) -> list[int]:
@@ -291,6 +292,7 @@ class OfflineProposer:
             except SyntaxError:
                 continue
             if parent.tunables:
+                parent.shape = kernel_shape(parent.source)
                 kept.append(parent)
         return kept
 
@@ -307,7 +309,7 @@ class OfflineProposer:
         return configs
 
     def _needs_too_much(self, parent: Parent, changes: list[tuple[Tunable, int]]) -> bool:
-        failed = self._too_big.get(kernel_shape(parent.source))
+        failed = self._too_big.get(parent.shape)
         if not failed:
             return False
         child = {t.name: t.value for t in parent.tunables}
