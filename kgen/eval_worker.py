@@ -98,8 +98,8 @@ class Verdict(Exception):
 def _classify_candidate_error(exc: BaseException, stage: str, build_log, candidate_file: str = "",
                               kernel_names: Optional[list[str]] = None) -> Verdict:
     """What an exception raised by the candidate's code means."""
-    from kgen.cuda_build import CudaBuildError, CudaNotRunnable
-    from kgen.op_trace import ForbiddenUse
+    from kgen.harness.cuda_build import CudaBuildError, CudaNotRunnable
+    from kgen.harness.trace import ForbiddenUse
     from kgen.records import NOT_RUN
 
     if build_log.error is not None or isinstance(exc, CudaBuildError):
@@ -234,8 +234,8 @@ def _evaluate(job: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from kgen import verify
-    from kgen.cuda_build import BuildLog, install as install_cuda_builders
-    from kgen.op_trace import ForbiddenUseRecorder, LaunchCounter, OpTrace, covers_reference
+    from kgen.harness.cuda_build import BuildLog, install as install_cuda_builders
+    from kgen.harness.trace import ForbiddenUseRecorder, LaunchCounter, OpTrace, covers_reference
     from kgen.problems import load_problem
 
     device = torch.device(job["device"])
@@ -441,7 +441,7 @@ def prebuild(job: dict[str, Any]) -> dict[str, Any]:
     """Build the candidate's CUDA extensions into the shared cache; report only compile errors."""
     import torch
 
-    from kgen.cuda_build import BuildLog, install as install_cuda_builders
+    from kgen.harness.cuda_build import BuildLog, install as install_cuda_builders
     from kgen.problems import load_problem
 
     problem = load_problem(job["problem_path"], job["size"])
@@ -514,8 +514,8 @@ def _preload() -> None:
         import torch  # noqa: F401
         import triton  # noqa: F401
 
-        import kgen.cuda_build  # noqa: F401
-        import kgen.op_trace  # noqa: F401
+        import kgen.harness.cuda_build  # noqa: F401
+        import kgen.harness.trace  # noqa: F401
         import kgen.problems  # noqa: F401
         import kgen.timing  # noqa: F401
         import kgen.verify  # noqa: F401

@@ -28,10 +28,7 @@ SIZES = ("full", "small")
 SMALL_ELEMENTS_BUDGET = 1 << 17
 
 
-def problems_dir() -> Path:
-    """The bundled problem set: `KGEN_PROBLEMS_DIR`, else `problems/` beside the package."""
-    env = os.environ.get("KGEN_PROBLEMS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "problems"
+from kgen.resources import problems_dir  # noqa: E402  (re-exported: the bundled problem set)
 
 
 def problem_names() -> list[str]:

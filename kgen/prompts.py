@@ -40,7 +40,9 @@ TEMPLATES = ("system.j2", "propose.j2", "repair.j2")
 
 
 def bundled_prompts_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "prompts"
+    from kgen.resources import prompts_dir
+
+    return prompts_dir()
 
 
 def _ms(value: Optional[float]) -> str:

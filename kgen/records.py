@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Optional
 
-OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout", "incorrect", "correct", "suspicious")
-# A proposal that held no code never reaches the evaluator; it is stored with this outcome.
-NO_CODE = "no_code"
-# A CUDA candidate that compiled on a machine whose torch has no CUDA: not run, not verified, not timed.
-NOT_RUN = "not_run"
+
+class Outcome(str, Enum):
+    """What an evaluation concluded. The values are the strings stored in the DB and printed."""
+
+    STATIC_REJECT = "static_reject"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    INCORRECT = "incorrect"
+    CORRECT = "correct"
+    SUSPICIOUS = "suspicious"  # correct, but faster than physics or the judge's clock allows
+    # kgen's own fault (the judge failed, the sandbox could not start): never the candidate's; a search
+    # evaluates the candidate again
+    HARNESS_ERROR = "harness_error"
+    # a CUDA candidate that compiled on a machine whose torch has no CUDA: not run, verified or timed
+    NOT_RUN = "not_run"
+    # a proposal that held no code never reaches the evaluator; it is stored with this outcome
+    NO_CODE = "no_code"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The verdicts an evaluation can reach about a candidate it ran (not_run and no_code aside).
+OUTCOMES = tuple(o.value for o in (Outcome.STATIC_REJECT, Outcome.COMPILE_ERROR, Outcome.RUNTIME_ERROR,
+                                   Outcome.TIMEOUT, Outcome.INCORRECT, Outcome.CORRECT, Outcome.SUSPICIOUS,
+                                   Outcome.HARNESS_ERROR))
+# The candidate's own failures (what the repair prompt and the failure history show).
+FAILURE_OUTCOMES = tuple(o.value for o in (Outcome.STATIC_REJECT, Outcome.COMPILE_ERROR, Outcome.RUNTIME_ERROR,
+                                           Outcome.TIMEOUT, Outcome.INCORRECT, Outcome.NO_CODE))
+NO_CODE = Outcome.NO_CODE.value
+NOT_RUN = Outcome.NOT_RUN.value
 LANGUAGES = ("triton", "cuda")
 
 

@@ -17,7 +17,6 @@ is used to call a time physically impossible (`suspicious`), and a legitimate ke
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,8 +88,9 @@ def compute_roofline(problem: Problem) -> Roofline:
 
 
 def _cache_path() -> Path:
-    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
-    return Path(root) / "ceilings.json"
+    from kgen.resources import cache_dir
+
+    return cache_dir() / "ceilings.json"
 
 
 def _median_ms(fn, reps: int) -> float:

@@ -3,7 +3,7 @@ defines a kernel of its own and launches it, and names none of the things a cand
 (torch.compile, CUDA streams, threads, processes).
 
 These read the syntax tree, so `getattr(torch, "com" + "pile")` slips past them: every rule here is
-enforced again at run time (kgen.op_trace records what the candidate really calls). They exist to
+enforced again at run time (kgen.harness.trace records what the candidate really calls). They exist to
 reject the plain cases fast, without a process, and to give the LLM a precise message.
 """
 

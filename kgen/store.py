@@ -14,9 +14,8 @@ from sqlalchemy import func, select
 
 from kgen import __version__
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
-from kgen.records import NO_CODE, EvalResult, Proposal
+from kgen.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
 
-FAILURE_OUTCOMES = ("static_reject", "compile_error", "runtime_error", "timeout", "incorrect", NO_CODE)
 
 
 def normalized_source_hash(source: str) -> str:

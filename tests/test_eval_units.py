@@ -12,8 +12,8 @@ import torch
 from conftest import run_kgen
 
 from kgen import verify
-from kgen.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
-from kgen.op_trace import OpTrace, compute_family, covers_reference
+from kgen.harness.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
+from kgen.harness.trace import OpTrace, compute_family, covers_reference
 from kgen.records import EvalResult, EvalSettings
 from kgen.sandbox import run_worker, scrubbed_env
 from kgen.static_checks import check_source, detect_language

@@ -8,7 +8,7 @@ the forbidden things it starts (torch.compile, CUDA streams, threads, processes)
   are all matmul) so a candidate cannot dodge the cover test with a sibling operator.
 - `LaunchCounter`: wraps Triton's launch entry points (compiled and interpreted) and counts the
   launches of kernels defined in the candidate's own file; CUDA extension calls are counted by
-  kgen.cuda_build's module proxy into the same counter.
+  kgen.harness.cuda_build's module proxy into the same counter.
 - `ForbiddenUseRecorder`: patches the Python entry points of torch.compile, CUDA streams, threads
   and processes before the candidate is imported, records any use whose call stack passes through
   the candidate's file, and refuses it (a candidate's thread or child process never runs).

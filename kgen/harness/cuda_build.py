@@ -17,7 +17,7 @@ torch's headers, for the target arch, so compile errors are still caught; a clea
 Either verdict is cached in the key's directory. A source that includes torch/extension.h takes minutes
 to check on a small CPU machine; KGEN_NVCC_CHECK=0 skips the check (outcome not_run, not compiled).
 
-The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen/cuda_build.
+The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen.harness.cuda_build.
 """
 
 from __future__ import annotations
@@ -55,8 +55,13 @@ class CudaNotRunnable(Exception):
 
 
 def cache_root() -> Path:
-    root = os.environ.get("KGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kgen")
-    return Path(root) / "cuda_build"
+    """Where this process's builds go: KGEN_CUDA_BUILD_DIR (the judge gives each candidate source its
+    own directory, writable only by that source's compile step), else the cache's cuda_build/."""
+    if os.environ.get("KGEN_CUDA_BUILD_DIR"):
+        return Path(os.environ["KGEN_CUDA_BUILD_DIR"])
+    from kgen.resources import cache_dir
+
+    return cache_dir() / "cuda_build"
 
 
 def target_arch() -> str:
@@ -314,7 +319,7 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                            "cached": cached})
         return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
 
-    from kgen.op_trace import trust
+    from kgen.harness.trace import trust
 
     trust(build)
 
