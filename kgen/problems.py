@@ -1,10 +1,33 @@
 """Problems: KernelBench-format reference modules, loaded by name or path, at the full or small size.
 
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`, with its sizes
-as module-level int constants. Sizes are changed by rewriting those constants in the source before it
-runs, so constants derived from them (`out = in * 2`) follow. kgen's own problems name their small size
-in `KGEN_SMALL = {"name": value}`; any other file is shrunk automatically (halving its largest
-constants while its forward still runs on the meta device).
+as top-level constants. A size is a rewrite of those constants in the source before it runs, so the
+constants derived from them (`dim = batch // 4`, `bias_shape = (out_channels, 1, 1)`) follow.
+
+Constants. A top-level name is a constant when the file assigns it at the top level (`N = 2048 * 2`,
+`height = width = 128`, `height, width = 32, 32`, `N: int = 64`) and its value, after the file ran, is
+an int or a tuple of ints; the last assignment is the one that counts. A constant is *derived* when
+its expression names another top-level name (`input_shape = (num_classes,)`): it follows the others
+and the automatic shrink never sets it. A rewrite replaces the expression of a single-target
+assignment in place and otherwise appends `; name = value` to the last assignment, so line numbers
+never move.
+
+The small size. kgen's own files name it, `KGEN_SMALL = {"name": value}` with any top-level constant
+(int or tuple of ints), taken at its word. Any other file is shrunk automatically: the largest
+size-like int (or tuple element) is halved, never below 2, one at a time, while the reference still
+builds and runs on the meta device and its inputs + parameters + outputs shrink, until they fit
+SMALL_ELEMENTS_BUDGET elements. A constant is size-like unless either rule says it shapes what the
+problem computes:
+  * by name: kernel, stride, pad, dilation, group, heads, window, pool, factor, axis, layers, or a
+    dimension index (`reduce_dim`, `sum_dim` ...; see SEMANTIC_NAME), whatever its value;
+  * by effect: halving it changes an operator argument that is not a size. Every aten operator the
+    forward runs on the meta device is recorded with its kernel_size, stride, padding, dilation,
+    output_padding, groups, dim and the like (SEMANTIC_ARGS), and every submodule with the same
+    attributes and num_heads/num_groups; a halving that changes this record from the full size's is
+    refused. Groups are recorded as "depthwise" when they equal the channels (and GroupNorm's groups as
+    "per channel" when they equal its channels), so a depthwise convolution stays depthwise at any size.
+So a constant that only reaches tensor shapes (through get_inputs, or parameters built from
+get_init_inputs) shrinks; one that reaches a convolution's kernel or a reduction's axis never does.
 """
 
 from __future__ import annotations
@@ -12,23 +35,39 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kgen import pyast
 from kgen.errors import KgenError
+from kgen.resources import problems_dir
 
 SIZES = ("full", "small")
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
 # Triton interpreter time on one core.
 SMALL_ELEMENTS_BUDGET = 1 << 17
+# The automatic shrink gives up (and asks for KGEN_SMALL) above this many elements.
+SMALL_ELEMENTS_LIMIT = 8 * SMALL_ELEMENTS_BUDGET
 
+ConstantValue = Union[int, tuple[int, ...]]
 
-from kgen.resources import problems_dir  # noqa: E402  (re-exported: the bundled problem set)
+SEMANTIC_NAME = re.compile(
+    r"kernel|stride|pad|dilation|group|window|pool|factor|axis|(^|_)(num_|n_)?heads?$|(^|_)(num_|n_)?layers$"
+    r"|(reduce|reduction|sum|mean|max|min|prod|softmax|norm|cat|concat|split|scan|cum\w*|arg\w*)_?dim$",
+    re.IGNORECASE)
+# Operator arguments (by their aten schema name) that say what is computed, not how big it is.
+SEMANTIC_ARGS = frozenset({"kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "group",
+                           "dim", "dims", "dim0", "dim1", "upscale_factor", "downscale_factor", "scale_factors",
+                           "diagonal", "ceil_mode", "transposed"})
+# The same, as nn.Module attributes (some, like num_heads, never reach an operator as an argument).
+SEMANTIC_ATTRS = ("kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "num_groups",
+                  "num_heads", "upscale_factor", "downscale_factor", "scale_factor", "padding_mode", "dim")
 
 
 def problem_names() -> list[str]:
@@ -50,29 +89,101 @@ def resolve_problem_path(problem: str) -> Path:
     return path.resolve()
 
 
-def int_constants(source: str) -> dict[str, int]:
-    """Top-level `NAME = <int literal>` assignments: the sizes a problem can be run at."""
-    out: dict[str, int] = {}
-    for node in pyast.parse(source).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and type(node.value.value) is int):
-            out[node.targets[0].id] = node.value.value
-    return out
+# ---- constants: found in the syntax tree, valued by the module that ran ----
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    value: ConstantValue
+    derived: bool  # its expression names another top-level name, so it follows the others
+
+    @property
+    def semantic_by_name(self) -> bool:
+        return bool(SEMANTIC_NAME.search(self.name))
 
 
-def rewrite_constants(source: str, overrides: dict[str, int]) -> str:
-    """The source with top-level int constants replaced, formatting elsewhere untouched."""
+def _pair_targets(target: ast.expr, value: ast.expr | None, out: dict[str, ast.expr | None]) -> None:
+    """Each name a target binds, with the expression it gets (None when unpacked from a non-literal)."""
+    if isinstance(target, ast.Name):
+        out[target.id] = value
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
+            and not any(isinstance(e, ast.Starred) for e in target.elts) else [None] * len(target.elts)
+        for t, v in zip(target.elts, elements):
+            _pair_targets(t, v, out)
+
+
+def last_assignments(tree: ast.Module) -> dict[str, tuple[ast.stmt, ast.expr | None]]:
+    """Every name assigned at the top level: the last statement that assigns it, and the expression
+    that statement gives it."""
+    found: dict[str, tuple[ast.stmt, ast.expr | None]] = {}
+    for node in tree.body:
+        bound: dict[str, ast.expr | None] = {}
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                _pair_targets(target, node.value, bound)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            _pair_targets(node.target, node.value, bound)
+        for name, expr in bound.items():
+            found[name] = (node, expr)
+    return found
+
+
+def _constant_value(value: Any) -> ConstantValue | None:
+    if type(value) is int:
+        return value
+    if isinstance(value, tuple) and value and all(type(v) is int for v in value):
+        return value
+    return None
+
+
+def top_level_constants(source: str, namespace: dict[str, Any]) -> dict[str, Constant]:
+    """The file's constants (module docstring), in source order, valued from `namespace`, the module
+    after it ran."""
+    assigned = last_assignments(pyast.parse(source))
+    constants: dict[str, Constant] = {}
+    for name, (_, expr) in assigned.items():
+        value = _constant_value(namespace.get(name))
+        if value is None:
+            continue
+        derived = expr is None or any(isinstance(n, ast.Name) and n.id in assigned for n in ast.walk(expr))
+        constants[name] = Constant(name, value, derived)
+    return constants
+
+
+def _char_offset(lines: list[str], lineno: int, col_bytes: int) -> int:
+    """The character offset of an AST position (its column counts UTF-8 bytes)."""
+    line = lines[lineno - 1]
+    return sum(len(l) for l in lines[:lineno - 1]) + len(line.encode()[:col_bytes].decode(errors="ignore"))
+
+
+def rewrite_constants(source: str, overrides: dict[str, ConstantValue]) -> str:
+    """The source with top-level constants set to new values, formatting elsewhere untouched (see the
+    module docstring). Names the source does not assign at the top level are a KgenError."""
     if not overrides:
         return source
+    assigned = last_assignments(pyast.parse(source))
+    unknown = sorted(set(overrides) - set(assigned))
+    if unknown:
+        raise KgenError(f"not top-level constants of the file: {', '.join(unknown)}")
     lines = source.splitlines(keepends=True)
-    for node in reversed(pyast.parse(source).body):
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in overrides and isinstance(node.value, ast.Constant)
-                and node.lineno == node.end_lineno):
+    edits: list[tuple[int, int, str]] = []  # (start, end, text) in characters
+    for name, value in overrides.items():
+        node, _ = assigned[name]
+        text = repr(tuple(value) if isinstance(value, (tuple, list)) else int(value))
+        single = ((isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name))
+                  or (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)))
+        if single:
             v = node.value
-            line = lines[v.lineno - 1]
-            lines[v.lineno - 1] = line[: v.col_offset] + repr(int(overrides[node.targets[0].id])) + line[v.end_col_offset:]
-    return "".join(lines)
+            edits.append((_char_offset(lines, v.lineno, v.col_offset),
+                          _char_offset(lines, v.end_lineno, v.end_col_offset), text))
+        else:
+            end = _char_offset(lines, node.end_lineno, node.end_col_offset)
+            edits.append((end, end, f"; {name} = {text}"))
+    out = "".join(lines)
+    for start, end, text in sorted(edits, reverse=True):
+        out = out[:start] + text + out[end:]
+    return out
 
 
 def _exec_module(name: str, source: str, path: Path) -> types.ModuleType:
@@ -117,8 +228,9 @@ class Problem:
     path: Path
     size: str
     source: str  # the file as the user wrote it
-    overrides: dict[str, int] = field(default_factory=dict)
+    overrides: dict[str, ConstantValue] = field(default_factory=dict)
     module: types.ModuleType = field(repr=False, default=None)  # type: ignore[assignment]
+    sized_by: str = ""  # how the small size was chosen: "KGEN_SMALL" or "automatic"; "" at the full size
 
     @property
     def sized_source(self) -> str:
@@ -127,6 +239,11 @@ class Problem:
     @property
     def source_hash(self) -> str:
         return hashlib.sha256(self.sized_source.encode()).hexdigest()[:16]
+
+    @property
+    def constants(self) -> dict[str, Constant]:
+        """The file's top-level constants at this size."""
+        return top_level_constants(self.source, self.module.__dict__)
 
     def init_inputs(self) -> list[Any]:
         return list(self.module.get_init_inputs())
@@ -194,52 +311,148 @@ def _meta_forward(problem: Problem) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _footprint_elements(problem: Problem) -> int:
+# ---- the automatic small size ----
+
+class _SemanticRecorder(TorchDispatchMode):
+    """Records every operator's semantic arguments (SEMANTIC_ARGS) as the forward runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.record: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = str(func)
+        if "strided" not in op:  # as_strided's `stride` is a memory layout, not a convolution's
+            for i, arg in enumerate(func._schema.arguments):
+                if arg.name not in SEMANTIC_ARGS:
+                    continue
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                self.record.append((op, arg.name, _normalized_groups(func, arg.name, value, args)))
+        return func(*args, **kwargs)
+
+
+def _normalized_groups(func, arg_name: str, value: Any, args: tuple) -> Any:
+    """Groups equal to the channel count are a kind (depthwise, per channel), not a number."""
+    if arg_name == "groups" and func._overloadpacket is torch.ops.aten.convolution:
+        return "depthwise" if value > 1 and value == args[0].shape[1] else value
+    if arg_name == "group" and func._overloadpacket is torch.ops.aten.native_group_norm:
+        return "per channel" if value == args[4] else value
+    return value if not isinstance(value, list) else tuple(value)
+
+
+def _module_semantics(model: torch.nn.Module) -> list[tuple]:
+    found = []
+    for name, module in model.named_modules():
+        for attr in SEMANTIC_ATTRS:
+            value = getattr(module, attr, None)
+            if value is None or isinstance(value, (torch.Tensor, torch.nn.Module)) or callable(value):
+                continue
+            if attr == "groups" and value > 1 and value == getattr(module, "in_channels", None):
+                value = "depthwise"
+            if attr == "num_groups" and value == getattr(module, "num_channels", None):
+                value = "per channel"
+            found.append((name, attr, value))
+    return found
+
+
+@dataclass(frozen=True)
+class _Probe:
+    elements: int  # inputs + parameters + buffers + outputs
+    semantics: tuple  # module attributes and operator arguments that say what is computed
+
+
+def _probe(problem: Problem) -> _Probe:
     with torch.device("meta"):
         model = problem.module.Model(*problem.init_inputs())
-    params = sum(t.numel() for t in list(model.parameters()) + list(model.buffers()))
-    inputs = sum(x.numel() for x in _meta_inputs(problem) if isinstance(x, torch.Tensor))
-    return params + inputs + sum(o.numel() for o in _meta_forward(problem))
+        inputs = list(problem.module.get_inputs())
+        recorder = _SemanticRecorder()
+        with torch.no_grad(), recorder:
+            out = model(*inputs)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    elements = (sum(t.numel() for t in list(model.parameters()) + list(model.buffers()))
+                + sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+                + sum(o.numel() for o in outs if isinstance(o, torch.Tensor)))
+    return _Probe(elements, tuple(_module_semantics(model)) + tuple(recorder.record))
 
 
-def _try_load(name: str, path: Path, source: str, size: str, overrides: dict[str, int]) -> Problem:
+def _try_load(name: str, path: Path, source: str, size: str, overrides: dict[str, ConstantValue],
+              sized_by: str = "") -> Problem:
     module = _exec_module(name, rewrite_constants(source, overrides), path)
-    return Problem(name=name, path=path, size=size, source=source, overrides=dict(overrides), module=module)
+    return Problem(name=name, path=path, size=size, source=source, overrides=dict(overrides), module=module,
+                   sized_by=sized_by)
 
 
-def _auto_small(name: str, path: Path, source: str) -> dict[str, int]:
-    """Halve the largest size constants, one at a time, while the forward still runs on the meta
-    device, until inputs + parameters + outputs fit the small budget."""
-    constants = int_constants(source)
-    overrides: dict[str, int] = {}
-    frozen: set[str] = set()
+def _halved(value: ConstantValue, index: int | None) -> ConstantValue:
+    if index is None:
+        return max(2, value // 2)
+    return tuple(max(2, v // 2) if i == index else v for i, v in enumerate(value))
+
+
+def _auto_small(full: Problem) -> dict[str, ConstantValue]:
+    """Halve the largest size-like constant, one at a time, while the reference still runs on the meta
+    device, computes the same thing and gets smaller, until it fits the small budget (module docstring).
+    Where halving one alone fails, the sizes of equal value are halved together: files often need them
+    equal (a square matrix, a (batch,) target broadcast against a (batch, n) prediction)."""
     try:
-        current = _footprint_elements(_try_load(name, path, source, "small", overrides))
-    except KgenError:
-        raise
+        start = _probe(full)
     except Exception as e:
-        raise KgenError(f"{path}: cannot make a small size automatically: its forward does not run on the meta "
+        raise KgenError(f"{full.path}: cannot make a small size automatically: its forward does not run on the meta "
                         f"device ({type(e).__name__}: {e}); add KGEN_SMALL = {{...}} to the file") from e
+    values = {c.name: c.value for c in full.constants.values() if not c.derived and not c.semantic_by_name}
+    # (name, None) for an int, (name, i) for element i of a tuple; in source order, so ties go to the first
+    items = [(n, None) if isinstance(v, int) else (n, i) for n, v in values.items()
+             for i in ([None] if isinstance(v, int) else range(len(v)))]
+    overrides: dict[str, ConstantValue] = {}
+    frozen: set[tuple[str, int | None]] = set()
+    current = start.elements
+
+    def value_of(item: tuple[str, int | None]) -> int:
+        v = overrides.get(item[0], values[item[0]])
+        return v if item[1] is None else v[item[1]]
+
+    def halve(group: list[tuple[str, int | None]]) -> dict[str, ConstantValue]:
+        trial = dict(overrides)
+        for name, index in group:
+            trial[name] = _halved(trial.get(name, values[name]), index)
+        return trial
+
+    def smaller_and_same(trial: dict[str, ConstantValue]) -> _Probe | None:
+        try:
+            probe = _probe(_try_load(full.name, full.path, full.source, "small", trial))
+        except Exception:  # this size does not build or run
+            return None
+        return probe if probe.elements < current and probe.semantics == start.semantics else None
+
     while current > SMALL_ELEMENTS_BUDGET:
-        live = sorted((k for k in constants if k not in frozen and overrides.get(k, constants[k]) > 2),
-                      key=lambda k: -overrides.get(k, constants[k]))
+        live = [item for item in items if item not in frozen and value_of(item) > 2]
         if not live:
             break
-        name_k = live[0]
-        trial = dict(overrides, **{name_k: overrides.get(name_k, constants[name_k]) // 2})
-        try:
-            elements = _footprint_elements(_try_load(name, path, source, "small", trial))
-        except Exception:
-            frozen.add(name_k)
-            continue
-        if elements < current:
-            overrides, current = trial, elements
+        item = max(live, key=value_of)
+        coupled = [other for other in live if value_of(other) == value_of(item)]
+        for group in ([item], coupled) if len(coupled) > 1 else ([item],):
+            trial = halve(group)
+            probe = smaller_and_same(trial)
+            if probe is not None:
+                overrides, current = trial, probe.elements
+                break
         else:
-            frozen.add(name_k)
-    if current > SMALL_ELEMENTS_BUDGET * 8:
-        raise KgenError(f"{path}: cannot make a small size automatically (still {current} elements after shrinking "
+            frozen.add(item)
+    if current > SMALL_ELEMENTS_LIMIT:
+        raise KgenError(f"{full.path}: cannot make a small size automatically (still {current} elements after shrinking "
                         f"its size constants); add KGEN_SMALL = {{...}} to the file")
     return overrides
+
+
+def _declared_small(full: Problem, declared: Any) -> dict[str, ConstantValue]:
+    if not isinstance(declared, dict) or not all(isinstance(k, str) and _constant_value(v) is not None
+                                                 for k, v in declared.items()):
+        raise KgenError(f"{full.path}: KGEN_SMALL must be a dict of constant names to ints or tuples of ints")
+    unknown = sorted(set(declared) - set(full.constants))
+    if unknown:
+        raise KgenError(f"{full.path}: KGEN_SMALL names constants the file does not define at the top level: "
+                        f"{', '.join(unknown)}")
+    return dict(declared)
 
 
 def load_problem(problem: str, size: str = "full") -> Problem:
@@ -257,10 +470,7 @@ def load_problem(problem: str, size: str = "full") -> Problem:
         return full
     declared = getattr(full.module, "KGEN_SMALL", None)
     if declared is not None:
-        if not isinstance(declared, dict) or not all(isinstance(v, int) for v in declared.values()):
-            raise KgenError(f"{path}: KGEN_SMALL must be a dict of constant names to ints")
-        unknown = set(declared) - set(int_constants(source))
-        if unknown:
-            raise KgenError(f"{path}: KGEN_SMALL names constants the file does not define: {', '.join(sorted(unknown))}")
-        return _try_load(name, path, source, "small", declared)
-    return _try_load(name, path, source, "small", _auto_small(name, path, source))
+        overrides, sized_by = _declared_small(full, declared), "KGEN_SMALL"
+    else:
+        overrides, sized_by = _auto_small(full), "automatic"
+    return _try_load(name, path, source, "small", overrides, sized_by)

@@ -1,10 +1,21 @@
 """Roofline: the fewest bytes a kernel must move and the FLOPs it must do, and the device's ceilings.
 
-Bytes: every input and parameter read once, every output written once. FLOPs: torch's FLOP counter
-(matmul, conv ...) on the meta device, or the problem's own `KGEN_FLOPS` where the counter does not
-count its operators (softmax, norms). Ceilings are measured once per device (a large device-to-device
-copy for bandwidth; large matmuls for FLOP/s: fp32 with TF32 off, TF32, fp16/bf16) and cached in a JSON file.
-
+Bytes: every input and parameter read once, every output written once. FLOPs: the problem's own
+`KGEN_FLOPS` where it declares one, else counted as the reference runs on the meta device, operator by
+operator at the aten level (after PyTorch has broken modules into operators), by this rule:
+  * matmul, convolution, attention: torch.utils.flop_counter's formulas (2 per multiply-add);
+  * pointwise operators (aten's `pointwise` tag, every activation included): 1 per output element;
+  * reductions (sum, mean, max, min, argmax, prod, cumulative sums ...): 1 per input element;
+    logsumexp 4 (max, subtract, exp, sum), variance and std 4 (mean, subtract, square, sum), vector
+    norms 2 (power, sum);
+  * softmax and log-softmax: 5 per input element (max, subtract, exp, sum, divide or subtract);
+  * layer, group, instance and training batch norm: 6 per input element (mean 1, variance 3,
+    normalize 2), plus 1 each for a weight and a bias; batch norm on running statistics: 2 plus those;
+  * max and average pooling: the window's size per output element; adaptive pooling: 1 per input
+    element;
+  * losses: MSE 3 per input element (subtract, square, sum), smooth L1 and Huber 4;
+  * data movement (views, copies, concatenation, gathers, padding, upsampling) and anything else: 0.
+A transcendental counts as one FLOP, as in every roofline that counts per element.
 The compute ceiling is the fastest arithmetic that can still pass the accuracy check, because the floor
 is used to call a time physically impossible (`suspicious`), and a legitimate kernel must never be:
   * fp32 problems at the default tolerance (1e-5): plain TF32 fails it, but error-compensated 3xTF32
@@ -21,8 +32,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import math
+
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from kgen.problems import Problem
 
@@ -71,20 +85,132 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def compute_roofline(problem: Problem) -> Roofline:
+aten = torch.ops.aten
+
+
+def _numel(x) -> int:
+    return x.numel() if isinstance(x, torch.Tensor) else 0
+
+
+def _first_tensor(value) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+def _per_input(per_element: int):
+    return lambda args, out: per_element * _numel(args[0])
+
+
+def _per_output(per_element: int):
+    return lambda args, out: per_element * _numel(_first_tensor(out))
+
+
+def _window(args, out) -> int:
+    kernel = args[1]
+    return math.prod(kernel if isinstance(kernel, (list, tuple)) else [kernel]) * _numel(_first_tensor(out))
+
+
+def _norm(statistics: bool, weight_at: int = 1, bias_at: int = 2):
+    def flops(args, out) -> int:
+        affine = sum(1 for i in (weight_at, bias_at) if len(args) > i and args[i] is not None)
+        return ((6 if statistics else 2) + affine) * _numel(args[0])
+    return flops
+
+
+def _batch_norm(args, out) -> int:
+    """native_batch_norm and _native_batch_norm_legit: statistics when `training` (argument 5)."""
+    return _norm(bool(args[5]) if len(args) > 5 else True)(args, out)
+
+
+# aten operator -> FLOPs from its (meta) arguments and outputs; the rule is in the module docstring.
+ELEMENT_FLOPS = {
+    aten._softmax: _per_input(5), aten._log_softmax: _per_input(5), aten._safe_softmax: _per_input(5),
+    aten.native_layer_norm: _norm(True, 2, 3), aten.native_group_norm: _norm(True),
+    aten.native_batch_norm: _batch_norm, aten._native_batch_norm_legit: _batch_norm,
+    aten._native_batch_norm_legit_no_training: _norm(False),
+    aten.logsumexp: _per_input(4), aten.var: _per_input(4), aten.std: _per_input(4),
+    aten.var_mean: _per_input(4), aten.std_mean: _per_input(4),
+    aten.linalg_vector_norm: _per_input(2), aten.norm: _per_input(2),
+    aten.cumsum: _per_input(1), aten.cumprod: _per_input(1), aten.cummax: _per_input(1), aten.cummin: _per_input(1),
+    aten.logcumsumexp: _per_input(3),
+    aten.max_pool1d: _window, aten.max_pool2d_with_indices: _window, aten.max_pool3d_with_indices: _window,
+    aten.avg_pool1d: _window, aten.avg_pool2d: _window, aten.avg_pool3d: _window,
+    aten._adaptive_avg_pool2d: _per_input(1), aten._adaptive_avg_pool3d: _per_input(1),
+    aten.adaptive_max_pool2d: _per_input(1), aten.adaptive_max_pool3d: _per_input(1),
+    aten.mse_loss: _per_input(3), aten.smooth_l1_loss: _per_input(4), aten.huber_loss: _per_input(4),
+    # pointwise, though aten does not tag them so
+    aten.hardswish: _per_output(1), aten.log_sigmoid_forward: _per_output(1), aten.glu: _per_output(1),
+    aten._prelu_kernel: _per_output(1), aten.rrelu_with_noise: _per_output(1),
+}
+# tagged pointwise, but only moves data
+NOT_ARITHMETIC = {aten.clone}
+
+
+def _operator_flops(func, args: tuple, kwargs: dict, out) -> int:
+    packet = func._overloadpacket
+    if packet in flop_registry:
+        return int(flop_registry[packet](*args, **kwargs, out_val=out))
+    if packet in ELEMENT_FLOPS:
+        return int(ELEMENT_FLOPS[packet](args, out))
+    if packet in NOT_ARITHMETIC:
+        return 0
+    if torch.Tag.pointwise in func.tags:
+        return _numel(_first_tensor(out))
+    if torch.Tag.reduction in func.tags:
+        return _numel(args[0])
+    return 0
+
+
+class _FlopCounter(TorchDispatchMode):
+    """Adds up _operator_flops over the operators run inside it; an operator no rule knows is broken
+    into the ones it is made of, where PyTorch can (as torch's FlopCounterMode does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        packet = func._overloadpacket
+        known = (packet in flop_registry or packet in ELEMENT_FLOPS or torch.Tag.pointwise in func.tags
+                 or torch.Tag.reduction in func.tags)
+        if not known:
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        self.flops += _operator_flops(func, args, kwargs, out)
+        return out
+
+
+def _meta_run(problem: Problem) -> tuple[torch.nn.Module, list, list, int]:
+    """The reference run once on the meta device: its model, inputs, outputs and counted FLOPs."""
     with torch.device("meta"):
         model = problem.module.Model(*problem.init_inputs())
         inputs = list(problem.module.get_inputs())
-        counter = FlopCounterMode(display=False)
+        counter = _FlopCounter()
         with counter, torch.no_grad():
             out = model(*inputs)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return model, inputs, list(out) if isinstance(out, (tuple, list)) else [out], counter.flops
+
+
+def count_flops(problem: Problem) -> int:
+    """The reference's FLOPs by the rule in the module docstring (KGEN_FLOPS aside)."""
+    return _meta_run(problem)[3]
+
+
+def compute_roofline(problem: Problem) -> Roofline:
+    model, inputs, outs, counted = _meta_run(problem)
     state = list(model.parameters()) + list(model.buffers())
     moved = (sum(_nbytes(x) for x in inputs if isinstance(x, torch.Tensor)) + sum(_nbytes(t) for t in state)
              + sum(_nbytes(o) for o in outs if isinstance(o, torch.Tensor)))
     declared = getattr(problem.module, "KGEN_FLOPS", None)
-    flops = int(declared) if declared is not None else int(counter.get_total_flops())
-    return Roofline(bytes_moved=int(moved), flops=flops, dtype=problem.dtype)
+    return Roofline(bytes_moved=int(moved), flops=int(declared) if declared is not None else counted,
+                    dtype=problem.dtype)
 
 
 def _cache_path() -> Path:

@@ -34,7 +34,7 @@ from typing import Optional
 from kgen import pyast
 from kgen.errors import KgenError
 from kgen.history import History, kernel_shape
-from kgen.problems import Problem, int_constants
+from kgen.problems import Problem
 from kgen.proposers.extract import guess_language
 from kgen.records import Proposal
 from kgen.store import normalized_source_hash
@@ -250,7 +250,7 @@ class OfflineProposer:
         self.language = language
         self.seed = seed
         self.starters = load_starters(problem, starters_dir, language)
-        self.exclude = frozenset(k.lower() for k in int_constants(problem.source))
+        self.exclude = frozenset(k.lower() for k in problem.constants)
         self._too_big: dict[str, list[dict[str, int]]] = {}  # kernel shape -> configs that ran out of resources
 
     def _origin_of(self, starter: Starter) -> str:
