@@ -48,29 +48,78 @@ def _fmt_count(n: float | None, unit: str = "") -> str:
 
 
 @app.command("problems")
-def problems_cmd(size: str = SizeOption) -> None:
-    """List the bundled problems: input shapes, dtype, FLOPs, bytes and floor time on this device."""
-    from kgen.problems import load_problem, problem_names
-    from kgen.roofline import compute_roofline, device_ceilings
+def problems_cmd(
+    problems: Optional[list[str]] = typer.Argument(None, help="bundled problem names or KernelBench-format files "
+                                                              "(default: every bundled problem)"),
+    size: Optional[str] = typer.Option(None, "--size", help="full or small (default: both)"),
+) -> None:
+    """Show problems before a search: input and output shapes, FLOPs, bytes moved and floor time on this
+    GPU, at the full and small sizes, and which constants the small size sets."""
+    from kgen.problems import SIZES, load_problem, problem_names
+    from kgen.roofline import device_ceilings, problem_figures
 
+    if size is not None and size not in SIZES:
+        raise KgenError(f"unknown size '{size}' (choose {' or '.join(SIZES)})")
     ceilings = device_ceilings()
-    table = Table(title=f"kgen problems ({size} size)")
-    for col in ("problem", "inputs", "output", "dtype", "FLOPs", "bytes", "floor"):
-        table.add_column(col, justify="right" if col in ("FLOPs", "bytes", "floor") else "left")
-    for name in problem_names():
-        problem = load_problem(name, size)
-        roof = compute_roofline(problem)
-        floor = roof.floor_ms(ceilings)
-        floor_text = f"{floor:.3f} ms ({roof.bound(ceilings)})" if floor is not None else "no GPU"
-        table.add_row(name, ", ".join(str(s) for s in problem.input_specs()),
-                      ", ".join(str(s) for s in problem.output_specs()), problem.dtype,
-                      _fmt_count(roof.flops), _fmt_count(roof.bytes_moved, "B"), floor_text)
-    console.print(table)
-    if ceilings is not None:
+    figures, failures = [], []
+    for problem in problems or problem_names():
+        try:
+            figures += [problem_figures(load_problem(problem, s), ceilings) for s in ([size] if size else SIZES)]
+        except KgenError as e:
+            failures.append(str(e))
+    for line in _problems_lines(figures, console.width if console.is_terminal else None):
+        print(line)
+    if ceilings is not None and figures:
         console.print(f"{ceilings.device}: {ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
                       f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} TF32, "
                       f"{ceilings.half_flops_per_s / 1e12:.0f} fp16/bf16 (measured); fp32 floors allow 3xTF32 "
-                      "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic")
+                      "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic", highlight=False, soft_wrap=True)
+    for message in failures:
+        print(f"kgen: error: {message}", file=sys.stderr)
+    if failures:
+        raise typer.Exit(2)
+
+
+def _shapes_text(figures) -> str:
+    return f"{', '.join(figures.inputs)} → {', '.join(figures.outputs)}"
+
+
+def _floor_text(figures) -> str:
+    return "no GPU" if figures.floor_ms is None else f"{figures.floor_ms:.3f} ms ({figures.bound})"
+
+
+def _problems_lines(figures: list, width: int | None) -> list[str]:
+    """`kgen problems` as text. Piped (width None): one line per problem and size, nothing wrapped or
+    cut, for grep. In a terminal: each problem's name on a line of its own (whole, however long), then
+    a line per size in aligned columns, the shapes wrapped to the width."""
+    import textwrap
+
+    if width is None:
+        return ["  ".join([f.name, f.size, f.dtype, _shapes_text(f), f"FLOPs {_fmt_count(f.flops)}",
+                           f"bytes {_fmt_count(f.bytes_moved, 'B')}", f"floor {_floor_text(f)}"]
+                          + ([f"{f.sized_by}: {', '.join(f.changes)}"] if f.changes else [])) for f in figures]
+    cells = [(f.size, f.dtype, _fmt_count(f.flops), _fmt_count(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
+    header = ("size", "dtype", "FLOPs", "bytes", "floor")
+    widths = [max(len(row[i]) for row in cells + [header]) for i in range(len(header))]
+    lead = 2 + widths[0] + 2 + widths[1] + 2  # where the shapes start
+    tail = 2 + widths[2] + 2 + widths[3] + 2 + widths[4]
+    shapes_width = max(20, width - lead - tail)
+
+    def row(size, dtype, shapes, flops, nbytes, floor) -> str:
+        return (f"  {size:<{widths[0]}}  {dtype:<{widths[1]}}  {shapes:<{shapes_width}}  {flops:>{widths[2]}}  "
+                f"{nbytes:>{widths[3]}}  {floor:>{widths[4]}}").rstrip()
+
+    lines = [row("size", "dtype", "inputs → outputs", "FLOPs", "bytes", "floor")]
+    for i, (f, (size, dtype, flops, nbytes, floor)) in enumerate(zip(figures, cells)):
+        if i == 0 or figures[i - 1].path != f.path:
+            lines.append(f.name)
+        shapes = textwrap.wrap(_shapes_text(f), shapes_width, break_on_hyphens=False) or [""]
+        lines.append(row(size, dtype, shapes[0], flops, nbytes, floor))
+        lines += [" " * lead + more for more in shapes[1:]]
+        if f.changes:
+            lines += textwrap.wrap(f"{f.sized_by}: {', '.join(f.changes)}", max(lead + 20, width),
+                                   initial_indent=" " * lead, subsequent_indent=" " * (lead + 2))
+    return lines
 
 
 @app.command("eval")
@@ -167,6 +216,8 @@ def search_cmd(
     replay_run: Optional[int] = typer.Option(None, "--run", help="replay proposer: the run in it to replay"),
     overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="propose round k+1 once round k has compiled, "
                                  "so compiles overlap timing (default); --no-overlap: each round sees all of the last"),
+    starters: Optional[str] = typer.Option(None, "--starters", help="offline proposer: a folder of starter kernels "
+                                           "(files defining ModelNew); default: starters/<problem>/ beside the problem"),
 ) -> None:
     """Search for kernels faster than PyTorch: rounds of propose, compile, verify and time, on Ray."""
     import signal
@@ -182,7 +233,8 @@ def search_cmd(
         seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
-        replay_run=replay_run, overlap=overlap)
+        replay_run=replay_run, overlap=overlap,
+        starters_dir=str(Path(starters).absolute()) if starters else None)  # absolute: a resume may start elsewhere
     from kgen.search import STOP_REQUESTED, request_stop
 
     STOP_REQUESTED.clear()

@@ -245,6 +245,13 @@ class Problem:
         """The file's top-level constants at this size."""
         return top_level_constants(self.source, self.module.__dict__)
 
+    def size_changes(self) -> list[tuple[str, ConstantValue, ConstantValue]]:
+        """(name, full value, this size's value) of each constant this size sets."""
+        if not self.overrides:
+            return []
+        full = top_level_constants(self.source, _exec_module(self.name, self.source, self.path).__dict__)
+        return [(name, full[name].value, value) for name, value in self.overrides.items()]
+
     def init_inputs(self) -> list[Any]:
         return list(self.module.get_init_inputs())
 

@@ -38,7 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from kgen.problems import Problem
+from kgen.problems import Problem, TensorSpec
 
 
 FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
@@ -211,6 +211,42 @@ def compute_roofline(problem: Problem) -> Roofline:
     declared = getattr(problem.module, "KGEN_FLOPS", None)
     return Roofline(bytes_moved=int(moved), flops=int(declared) if declared is not None else counted,
                     dtype=problem.dtype)
+
+
+@dataclass(frozen=True)
+class ProblemFigures:
+    """What `kgen problems` shows of one problem at one size."""
+
+    name: str
+    path: str
+    size: str
+    inputs: list[str]  # shapes ("4096×65536"), with the dtype where it is not the problem's ("32768 int64")
+    outputs: list[str]
+    dtype: str
+    flops: int
+    bytes_moved: int
+    floor_ms: float | None  # None without a GPU
+    bound: str | None  # "memory" | "compute"; None without a GPU
+    sized_by: str  # "KGEN_SMALL" | "automatic" | "" (the full size)
+    changes: list[str]  # "batch_size 100→2" for each constant the size sets
+
+
+def problem_figures(problem: Problem, ceilings: "Ceilings | None") -> ProblemFigures:
+    roof = compute_roofline(problem)
+    floor = roof.floor_ms(ceilings)
+
+    def shape(spec) -> str:
+        if not isinstance(spec, TensorSpec):
+            return repr(spec)
+        text = "×".join(map(str, spec.shape)) or "scalar"
+        return text if spec.dtype == roof.dtype else f"{text} {spec.dtype}"
+
+    return ProblemFigures(
+        name=problem.name, path=str(problem.path), size=problem.size,
+        inputs=[shape(s) for s in problem.input_specs()], outputs=[shape(s) for s in problem.output_specs()],
+        dtype=roof.dtype, flops=roof.flops, bytes_moved=roof.bytes_moved, floor_ms=floor,
+        bound=roof.bound(ceilings) if ceilings is not None else None, sized_by=problem.sized_by,
+        changes=[f"{name} {full}→{small}" for name, full, small in problem.size_changes()])
 
 
 def _cache_path() -> Path:

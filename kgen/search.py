@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Optional
 
 from sqlalchemy import func, select
@@ -58,6 +59,7 @@ class SearchConfig:
     replay_run: Optional[int] = None
     proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
     overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
+    starters_dir: Optional[str] = None  # the offline proposer's starter kernels (default: beside the problem)
 
     @classmethod
     def from_settings(cls, settings: dict) -> "SearchConfig":
@@ -108,6 +110,8 @@ def validate(config: SearchConfig) -> None:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
     if config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
+    if config.starters_dir is not None and config.proposer != "offline":
+        raise KgenError(f"--starters is for the offline proposer (this search uses --proposer {config.proposer})")
 
 
 def resolve_defaults(config: SearchConfig) -> SearchConfig:
@@ -127,7 +131,12 @@ def _check(config: Optional[SearchConfig]) -> Problem:
     if config is None:
         raise KgenError("nothing to search: give a problem, or a run to resume")
     validate(resolve_defaults(config))
-    return load_problem(config.problem, config.size)
+    problem = load_problem(config.problem, config.size)
+    if config.proposer == "offline":  # no starters is bad input: say so before any DB file exists
+        from kgen.proposers.offline import load_starters
+
+        load_starters(problem, Path(config.starters_dir) if config.starters_dir else None, config.language)
+    return problem
 
 
 def make_proposer(config: SearchConfig, problem: Problem):
@@ -141,6 +150,8 @@ def make_proposer(config: SearchConfig, problem: Problem):
         options["prompts_dir"] = config.prompts_dir
     if config.replay_db is not None:
         options["replay_db"] = config.replay_db
+    if config.starters_dir is not None:
+        options["starters_dir"] = config.starters_dir
     return proposers.make_proposer(config.proposer, problem=problem, language=config.language, seed=config.seed,
                                    **options)
 

@@ -1,6 +1,9 @@
 """The `offline` proposer: no network, no LLM. It proposes the problem's starter kernels first, then
 retunes the best candidates so far: each child rewrites one to three tunable parameters of a parent.
 
+Starters come from `--starters DIR`, else from `starters/<problem>/` beside the problem's file; a
+starter is a candidate source (a Python file defining ModelNew that does the work in its own kernel).
+
 Tunables, found in a candidate's source:
   - module-level int constants (`BLOCK_SIZE = 1024`), and `#define NAME <int>` / `constexpr int
     NAME = <int>;` inside string literals (CUDA sources); one name's sites change together;
@@ -217,28 +220,41 @@ def _docstring_line(source: str) -> Optional[str]:
 
 
 def starters_dir_for(problem: Problem) -> Path:
+    """Where a problem's starters are by default: `starters/<name>/` beside its file (the bundled
+    problems keep theirs in problems/starters/<name>/)."""
     return problem.path.parent / "starters" / problem.name
+
+
+# What a user meets when there is nothing to start from: what a starter is, and the way around it.
+STARTER_HELP = ("a starter is a Python file defining ModelNew (the Model's constructor and forward) that does the "
+                "work in a Triton or CUDA kernel of its own; put some there or pass --starters DIR, or let an LLM "
+                "write candidates: --proposer openai with OPENAI_BASE_URL (a local server) or OPENAI_API_KEY set")
 
 
 def load_starters(problem: Problem, starters_dir: Optional[Path] = None, language: str = "any") -> list[Starter]:
     folder = starters_dir or starters_dir_for(problem)
+    if starters_dir is not None and not starters_dir.is_dir():
+        raise KgenError(f"starters folder not found: {starters_dir}")
     starters = []
     for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
         if path.name.startswith("_"):
             continue
-        source = path.read_text()
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise KgenError(f"cannot read starter {path}: {e}") from e
         if not defines_model_new(source):
             log.warning("starter %s defines no ModelNew; skipped", path)
             continue
         starters.append(Starter(path, source, guess_language(source), _docstring_line(source)))
     if not starters:
-        raise KgenError(f"problem {problem.name} has no starter kernels (looked in {folder}); "
-                        "the offline proposer needs them")
+        raise KgenError(f"the offline proposer has no starter kernels for {problem.name} (looked in {folder}): "
+                        f"{STARTER_HELP}")
     if language != "any":
         starters = [s for s in starters if s.language == language]
         if not starters:
-            raise KgenError(f"problem {problem.name} has no {language} starter kernels (looked in {folder}); "
-                            "the offline proposer needs one, or --language any")
+            raise KgenError(f"the offline proposer has no {language} starter kernels for {problem.name} (looked in "
+                            f"{folder}); use --language any, or: {STARTER_HELP}")
     return starters
 
 
