@@ -217,7 +217,7 @@ class TensorSpec:
         return n * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
 
     def __str__(self) -> str:
-        return "×".join(map(str, self.shape)) + f" {self.dtype}"
+        return ("×".join(map(str, self.shape)) or "scalar") + f" {self.dtype}"
 
 
 @dataclass
@@ -396,9 +396,9 @@ def _halved(value: ConstantValue, index: int | None) -> ConstantValue:
     return tuple(max(2, v // 2) if i == index else v for i, v in enumerate(value))
 
 
-def _auto_small(full: Problem) -> dict[str, ConstantValue]:
+def auto_small_overrides(full: Problem, budget: int = SMALL_ELEMENTS_BUDGET) -> dict[str, ConstantValue]:
     """Halve the largest size-like constant, one at a time, while the reference still runs on the meta
-    device, computes the same thing and gets smaller, until it fits the small budget (module docstring).
+    device, computes the same thing and gets smaller, until it fits `budget` elements (module docstring).
     Where halving one alone fails, the sizes of equal value are halved together: files often need them
     equal (a square matrix, a (batch,) target broadcast against a (batch, n) prediction)."""
     try:
@@ -431,7 +431,7 @@ def _auto_small(full: Problem) -> dict[str, ConstantValue]:
             return None
         return probe if probe.elements < current and probe.semantics == start.semantics else None
 
-    while current > SMALL_ELEMENTS_BUDGET:
+    while current > budget:
         live = [item for item in items if item not in frozen and value_of(item) > 2]
         if not live:
             break
@@ -479,5 +479,5 @@ def load_problem(problem: str, size: str = "full") -> Problem:
     if declared is not None:
         overrides, sized_by = _declared_small(full, declared), "KGEN_SMALL"
     else:
-        overrides, sized_by = _auto_small(full), "automatic"
+        overrides, sized_by = auto_small_overrides(full), "automatic"
     return _try_load(name, path, source, "small", overrides, sized_by)

@@ -22,8 +22,11 @@ from kgen.proposers.offline import OfflineProposer, find_tunables
 from kgen.records import EvalResult
 from kgen.store import add_evaluation, add_proposal, normalized_source_hash
 
+from conftest import run_kgen
+
 REPO = Path(__file__).resolve().parent.parent
 PROBLEM_FILES = Path(__file__).resolve().parent / "problem_files"
+STARTER_KERNELS = Path(__file__).resolve().parent / "starter_kernels"  # kept apart from their problems
 
 TINY_PROBLEM = '''"""ReLU of a small matrix."""
 import torch
@@ -253,8 +256,59 @@ def test_a_problem_without_starters_is_a_one_line_error(tmp_path):
     with pytest.raises(KgenError) as err:
         make_proposer("offline", problem=problem)
     message = str(err.value)
-    assert message.startswith("problem reduce_sum_dim has no starter kernels (looked in ")
-    assert "offline proposer needs them" in message and "\n" not in message
+    assert message.startswith("the offline proposer has no starter kernels for reduce_sum_dim (looked in "
+                              f"{PROBLEM_FILES / 'starters' / 'reduce_sum_dim'}): a starter is a Python file "
+                              "defining ModelNew")
+    assert "\n" not in message
+
+
+NO_ENDPOINT = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+
+
+def test_search_without_starters_says_what_a_starter_is_and_how_to_use_an_llm_instead(tmp_path):
+    """What a newcomer meets searching their own KernelBench file offline: one line, exit 2, no DB."""
+    result = run_kgen("search", "--problem", str(PROBLEM_FILES / "layernorm_softmax_mean.py"), "--rounds", "1",
+                      env=NO_ENDPOINT)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for needle in ("no starter kernels for layernorm_softmax_mean", "defining ModelNew", "kernel of its own",
+                   "--starters DIR", "--proposer openai", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        assert needle in result.stderr
+    assert not (tmp_path / "results.db").exists()
+
+
+@pytest.mark.parametrize("make_dir,needle", [
+    (lambda d: d.mkdir(), "no starter kernels for elementwise_chain_tuple_shape (looked in {d})"),
+    (lambda d: None, "starters folder not found: {d}"),
+])
+def test_the_starters_option_reaches_the_offline_proposer(tmp_path, make_dir, needle):
+    folder = tmp_path / "my_starters"
+    make_dir(folder)
+    result = run_kgen("search", "--problem", str(PROBLEM_FILES / "elementwise_chain_tuple_shape.py"),
+                      "--starters", str(folder), "--proposer", "offline", env=NO_ENDPOINT)
+    assert result.returncode == 2 and needle.format(d=folder) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_starters_option_is_refused_for_a_proposer_that_does_not_use_it(tmp_path):
+    result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", "x.db", "--starters",
+                      str(STARTER_KERNELS), env=NO_ENDPOINT)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "kgen: error: --starters is for the offline proposer (this search uses --proposer replay)"
+
+
+@pytest.mark.slow
+def test_a_kernelbench_file_is_searched_offline_from_starters_kept_elsewhere(tmp_path):
+    db = tmp_path / "results.db"
+    result = run_kgen("search", "--problem", str(PROBLEM_FILES / "elementwise_chain_tuple_shape.py"),
+                      "--starters", str(STARTER_KERNELS / "elementwise_chain_tuple_shape"), "--rounds", "1",
+                      "--candidates", "2", "--language", "triton", "--size", "small", "--db", str(db), "--quiet",
+                      env=NO_ENDPOINT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    board = run_kgen("leaderboard", "--db", str(db), "--all", "--format", "json")
+    entries = json.loads(board.stdout)
+    # the leaderboard lists correct candidates only: the starter and its retuning both are
+    assert [(e["problem"], e["language"], e["size"]) for e in entries] == [
+        ("elementwise_chain_tuple_shape", "triton", "small")] * 2
 
 
 def test_any_problem_with_starters_works_and_starters_dir_overrides(tmp_path):

@@ -1,13 +1,16 @@
-"""Problems load by name or path, at both sizes, and their rooflines match hand counts."""
+"""Problems load by name or path, at both sizes, and their rooflines match hand counts. The files
+in problem_files/ are written in KernelBench's styles (sizes as expressions, chained and tuple
+assignments, convolution and pooling parameters, norms, reductions, integer inputs, two outputs)."""
 
 import pytest
 import torch
 
 from kgen.errors import KgenError
-from kgen.problems import load_problem, problem_names, rewrite_constants
-from kgen.roofline import Ceilings, Roofline, compute_roofline
+from kgen.problems import (SEMANTIC_NAME, auto_small_overrides, load_problem, problem_names, rewrite_constants,
+                           top_level_constants)
+from kgen.roofline import Ceilings, Roofline, compute_roofline, count_flops
 
-from conftest import PROBLEM_FILES
+from conftest import PROBLEM_FILES, run_kgen
 
 FIVE = ["conv2d", "conv_relu_maxpool", "layernorm", "matmul", "softmax"]
 
@@ -124,3 +127,235 @@ def test_bad_problems_raise_one_line_errors(problem, needle):
     with pytest.raises(KgenError, match=needle) as info:
         load_problem(problem)
     assert "\n" not in str(info.value)
+
+
+# ---- constants: how a file's sizes are found and rewritten ----
+
+CONSTANTS_SOURCE = """\
+import torch
+N = 2048 * 2
+M: int = 1024 + 3
+dim = N // 4
+height = width = 128
+kernel_size = (3, 5)
+depth, length = 8, 2 ** 5
+a, b = divmod(N, 3)
+bias_shape = (dim, 1)
+flag = True
+scale = 0.5
+width = 96  # the last assignment is the one that counts
+def get_inputs():
+    local = 5
+    return []
+"""
+
+
+def _constants(source):
+    ns: dict = {}
+    exec(source, ns)
+    return top_level_constants(source, ns)
+
+
+def test_constants_are_every_top_level_int_or_int_tuple_however_written():
+    constants = _constants(CONSTANTS_SOURCE)
+    assert {n: c.value for n, c in constants.items()} == {
+        "N": 4096, "M": 1027, "dim": 1024, "height": 128, "width": 96, "kernel_size": (3, 5), "depth": 8,
+        "length": 32, "a": 1365, "b": 1, "bias_shape": (1024, 1)}
+    derived = {n for n, c in constants.items() if c.derived}
+    # dim and bias_shape name other constants; a and b come from a call that is no literal tuple
+    assert derived == {"dim", "bias_shape", "a", "b"}
+
+
+def test_rewrite_sets_expressions_chained_and_unpacked_constants_and_derived_ones_follow():
+    source = rewrite_constants(CONSTANTS_SOURCE, {"N": 64, "height": 16, "length": 4, "width": 24,
+                                                  "kernel_size": (7, 7)})
+    assert source.count("\n") == CONSTANTS_SOURCE.count("\n")  # line numbers never move
+    assert "N = 64\n" in source  # a single target: its expression is replaced in place
+    assert "height = width = 128; height = 16\n" in source  # chained: set after the statement
+    constants = _constants(source)
+    assert {n: constants[n].value for n in ("N", "dim", "height", "width", "length", "depth", "kernel_size",
+                                            "bias_shape")} == {
+        "N": 64, "dim": 16, "height": 16, "width": 24, "length": 4, "depth": 8, "kernel_size": (7, 7),
+        "bias_shape": (16, 1)}
+
+
+def test_rewrite_refuses_a_name_the_file_does_not_assign_at_the_top_level():
+    with pytest.raises(KgenError, match="not top-level constants of the file: local"):
+        rewrite_constants(CONSTANTS_SOURCE, {"local": 1})
+
+
+@pytest.mark.parametrize("name,semantic", [
+    ("kernel_size", True), ("pool_kernel_size", True), ("maxpool_kernel_size", True), ("pool_size", True),
+    ("stride", True), ("stride_h", True), ("padding", True), ("output_padding", True), ("dilation", True),
+    ("groups", True), ("num_groups", True), ("num_heads", True), ("n_head", True), ("scale_factor", True),
+    ("reduce_dim", True), ("sum_dim", True), ("axis", True), ("num_layers", True),
+    ("batch_size", False), ("dim", False), ("dim1", False), ("in_channels", False), ("out_features", False),
+    ("hidden_size", False), ("head_dim", False), ("input_shape", False), ("seq_len", False), ("N", False),
+])
+def test_names_that_say_what_is_computed_never_shrink(name, semantic):
+    assert bool(SEMANTIC_NAME.search(name)) is semantic
+
+
+# ---- the small size of any KernelBench-style file ----
+
+OWN_FILES = ["gemm_expression_sizes.py", "conv_chained_pool_groupnorm.py", "conv_transpose3d_asymmetric.py",
+             "depthwise_conv_avgpool.py", "max_over_axis_indices.py", "cross_entropy_integer_targets.py",
+             "elementwise_chain_tuple_shape.py", "layernorm_softmax_mean.py", "conv_bn_relu_block.py",
+             "reduce_sum_dim.py", "elementwise_gelu_scale.py", "hinge_broadcast_targets.py",
+             "conv1d_unpacked_short_names.py", "conv_functional_weight.py"]
+WITH_SHAPE_ATTRS = {"conv1d_unpacked_short_names.py", "conv_chained_pool_groupnorm.py", "conv_transpose3d_asymmetric.py", "depthwise_conv_avgpool.py",
+                    "max_over_axis_indices.py", "conv_bn_relu_block.py", "reduce_sum_dim.py"}
+SHAPE_ATTRS = ("kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "num_groups", "dim")
+
+
+def _shape_attrs(problem):
+    """What each submodule computes, as its constructor was told: kernel, stride, padding ... (the
+    groups of a depthwise convolution as 'depthwise')."""
+    with torch.device("meta"):
+        model = problem.module.Model(*problem.init_inputs())
+    found = {}
+    for name, module in model.named_modules():
+        for attr in SHAPE_ATTRS:
+            if isinstance(getattr(module, attr, None), (int, tuple)):
+                value = getattr(module, attr)
+                depthwise = attr == "groups" and value > 1 and value == getattr(module, "in_channels", None)
+                found[name, attr] = "depthwise" if depthwise else value
+    return found
+
+
+def _elements(problem, specs):
+    return sum(torch.Size(s.shape).numel() for s in specs)
+
+
+@pytest.mark.parametrize("fname", OWN_FILES)
+def test_any_kernelbench_style_file_shrinks_without_changing_what_it_computes(fname):
+    full = load_problem(str(PROBLEM_FILES / fname), "full")
+    small = load_problem(str(PROBLEM_FILES / fname), "small")
+    assert small.sized_by == "automatic" and small.overrides
+    assert _shape_attrs(small) == _shape_attrs(full)  # kernels, strides, padding, groups, axes: kept
+    assert bool(_shape_attrs(full)) == (fname in WITH_SHAPE_ATTRS)
+    named = {n: c.value for n, c in full.constants.items() if c.semantic_by_name and not c.derived}
+    assert {n: small.constants[n].value for n in named} == named  # kernel_size, stride ... by name: kept
+    assert _elements(small, small.input_specs()) * 16 < _elements(full, full.input_specs())
+    outs = small.make_model(0)(*small.make_inputs(3))
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    assert [tuple(o.shape) for o in outs] == [s.shape for s in small.output_specs()]
+    assert all(torch.isfinite(o.float()).all() for o in outs)
+
+
+@pytest.mark.parametrize("fname", OWN_FILES)
+def test_shrunk_as_far_as_it_goes_a_file_still_computes_the_same_thing(fname, tmp_path):
+    """With no budget to stop it, every size-like constant is tried down to 2: kernels, strides,
+    padding, groups and axes must still be untouched, whether their names or their effect say so."""
+    full = load_problem(str(PROBLEM_FILES / fname), "full")
+    tiny_file = tmp_path / fname
+    tiny_file.write_text(rewrite_constants(full.source, auto_small_overrides(full, budget=0)))
+    tiny = load_problem(str(tiny_file), "full")
+    assert _shape_attrs(tiny) == _shape_attrs(full)
+    named = {n: c.value for n, c in full.constants.items() if c.semantic_by_name and not c.derived}
+    assert {n: tiny.constants[n].value for n in named} == named
+
+
+def test_small_size_of_chained_and_reassigned_sizes():
+    small = load_problem(str(PROBLEM_FILES / "conv_chained_pool_groupnorm.py"), "small")
+    # `height = width = 256` then `height, width = 96, 160`: the last assignment is the size
+    full_h, full_w = 96, 160
+    (_, _, h, w), = [s.shape for s in small.input_specs()]
+    assert (h, w) == (small.overrides["height"], small.overrides["width"]) and h < full_h and w < full_w
+    assert small.module.bias_shape == (small.module.out_channels, 1, 1)  # derived: follows
+
+
+def test_an_axis_named_like_a_size_keeps_its_value_because_it_reaches_a_reduction():
+    full = load_problem(str(PROBLEM_FILES / "max_over_axis_indices.py"), "full")
+    small = load_problem(str(PROBLEM_FILES / "max_over_axis_indices.py"), "small")
+    assert "dim" not in small.overrides and small.module.dim == full.module.dim == 3
+    assert [s.dtype for s in small.output_specs()] == ["float32", "int64"]
+
+
+def test_a_kernel_seen_only_in_a_weight_shape_is_kept_by_its_name():
+    """F.conv2d on a weight of its own: no operator argument holds the kernel size, only the name does."""
+    small = load_problem(str(PROBLEM_FILES / "conv_functional_weight.py"), "small")
+    assert small.module.kernel_size == 3 and small.make_model(0).weight.shape[2:] == (3, 3)
+
+
+def test_sizes_unpacked_from_one_tuple_shrink_and_the_kernel_among_them_does_not():
+    small = load_problem(str(PROBLEM_FILES / "conv1d_unpacked_short_names.py"), "small")
+    assert small.module.k == 63 and "k" not in small.overrides and small.overrides["l"] < 65536
+
+
+def test_an_axis_is_never_halved_even_where_that_would_shrink_the_output(tmp_path):
+    path = tmp_path / "sum_axis.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self, dim):\n        super().__init__()\n        self.dim = dim\n\n"
+                    "    def forward(self, x):\n        return torch.sum(x, dim=self.dim)\n\n"
+                    "dim = 3\n\ndef get_inputs():\n    return [torch.rand(4, 4, 8, 2)]\n\n"
+                    "def get_init_inputs():\n    return [dim]\n")
+    # summing axis 2 (8 long) instead of 3 (2 long) would give a smaller output: still refused
+    assert auto_small_overrides(load_problem(str(path)), budget=0) == {}
+
+
+def test_a_size_written_as_a_tuple_shrinks_element_by_element():
+    small = load_problem(str(PROBLEM_FILES / "elementwise_chain_tuple_shape.py"), "small")
+    assert isinstance(small.overrides["input_shape"], tuple) and small.overrides["input_shape"][0] < 16384
+
+
+def test_sizes_that_must_stay_equal_are_halved_together():
+    small = load_problem(str(PROBLEM_FILES / "hinge_broadcast_targets.py"), "small")
+    assert small.overrides["batch_size"] == small.overrides["input_shape"][0] < 16384
+    assert torch.isfinite(small.make_model(0)(*small.make_inputs(1)))
+
+
+def test_kgen_small_may_name_constants_written_as_expressions_or_chained():
+    small = load_problem(str(PROBLEM_FILES / "small_declared_chained.py"), "small")
+    assert small.sized_by == "KGEN_SMALL"
+    assert [s.shape for s in small.input_specs()] == [(8, 2, 16, 24)]  # N // 64, N // 256, height, width
+    assert small.module.kernel_size == 2
+
+
+@pytest.mark.parametrize("declared,needle", [
+    ('{"nope": 3}', "KGEN_SMALL names constants the file does not define at the top level: nope"),
+    ('{"N": 2.5}', "KGEN_SMALL must be a dict of constant names to ints or tuples of ints"),
+])
+def test_bad_kgen_small_is_one_line(tmp_path, declared, needle):
+    path = tmp_path / "p.py"
+    path.write_text((PROBLEM_FILES / "small_declared_chained.py").read_text().replace(
+        'KGEN_SMALL = {"N": 512, "height": 16, "width": 24}', f"KGEN_SMALL = {declared}"))
+    with pytest.raises(KgenError, match=needle) as info:
+        load_problem(str(path), "small")
+    assert "\n" not in str(info.value)
+
+
+# ---- FLOPs beyond matmul and convolution ----
+
+@pytest.mark.parametrize("fname,flops", [
+    # gelu, scale, clamp, tanh: 4 per element
+    ("elementwise_chain_tuple_shape.py", 4 * 4096 * 16384),
+    # layer norm with weight and bias 8, log-softmax 5 per element; the mean 1 per element it reads
+    ("layernorm_softmax_mean.py", (8 + 5 + 1) * 64 * 1024 * 768),
+    # max over an axis: 1 per element read
+    ("max_over_axis_indices.py", 32 * 64 * 256 * 257),
+    # log-softmax 5 per score; picking each target's score is data movement
+    ("cross_entropy_integer_targets.py", 5 * 16384 * 1000),
+    # depthwise 5x5 stride-2 convolution (2 per multiply-add), then a 3x3 average pool: 9 per output
+    ("depthwise_conv_avgpool.py", (2 * 25 + 9) * 32 * 96 * 254 * 190),
+    # 3x3 convolution over 16 channels; bias add 1, group norm 8, ReLU 1 per element; 2x2 max pool 4 per output
+    ("conv_chained_pool_groupnorm.py", (2 * 16 * 9 + 1 + 8 + 1) * 128 * 64 * 96 * 160 + 4 * 128 * 64 * 48 * 80),
+])
+def test_flops_are_counted_for_elementwise_norm_softmax_pooling_and_reductions(fname, flops):
+    problem = load_problem(str(PROBLEM_FILES / fname), "full")
+    assert count_flops(problem) == flops == compute_roofline(problem).flops
+
+
+def test_counted_flops_match_the_bundled_problems_declared_hand_counts():
+    for name in ("softmax", "layernorm"):  # they declare KGEN_FLOPS, which still wins when present
+        problem = load_problem(name)
+        assert count_flops(problem) == problem.module.KGEN_FLOPS
+    assert count_flops(load_problem("conv_relu_maxpool")) == (2 * (100 * 55 * 55) * 96 * (3 * 11 * 11)
+                                                               + 100 * 96 * 55 * 55 + 9 * 100 * 96 * 27 * 27)
+
+
+def test_kgen_flops_overrides_the_count(tmp_path):
+    path = tmp_path / "declared.py"
+    path.write_text((PROBLEM_FILES / "elementwise_gelu_scale.py").read_text() + "\nKGEN_FLOPS = 12345\n")
+    problem = load_problem(str(path))
+    assert compute_roofline(problem).flops == 12345 and count_flops(problem) == 2 * 4096 * 16384

@@ -1,0 +1,23 @@
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    A hinge loss whose (batch,) targets broadcast against the last dim of (batch, n) predictions,
+    so it only runs while batch == n.
+    """
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, predictions, targets):
+        return torch.mean(torch.clamp(1 - predictions * targets, min=0))
+
+batch_size = 16384
+input_shape = (16384,)
+dim = 1
+
+def get_inputs():
+    return [torch.rand(batch_size, *input_shape), torch.randint(0, 2, (batch_size,)).float() * 2 - 1]
+
+def get_init_inputs():
+    return []
