@@ -359,3 +359,88 @@ def test_kgen_flops_overrides_the_count(tmp_path):
     path.write_text((PROBLEM_FILES / "elementwise_gelu_scale.py").read_text() + "\nKGEN_FLOPS = 12345\n")
     problem = load_problem(str(path))
     assert compute_roofline(problem).flops == 12345 and count_flops(problem) == 2 * 4096 * 16384
+
+
+# ---- kgen problems FILE ...: what a user sees before a search ----
+
+LONG_NAME = "75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_strided__grouped____padded____dilated__"
+
+
+def _long_named_copy(tmp_path):
+    path = tmp_path / f"{LONG_NAME}.py"
+    path.write_text((PROBLEM_FILES / "conv_transpose3d_asymmetric.py").read_text())
+    return path
+
+
+def test_problems_shows_a_files_full_and_small_sizes_flops_and_bytes_one_plain_line_each_when_piped(tmp_path):
+    path = _long_named_copy(tmp_path)
+    result = run_kgen("problems", str(PROBLEM_FILES / "layernorm_softmax_mean.py"), str(path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split("  ")[:2] for line in lines] == [
+        ["layernorm_softmax_mean", "full"], ["layernorm_softmax_mean", "small"], [LONG_NAME, "full"], [LONG_NAME, "small"]]
+    full, small = lines[0], lines[1]
+    assert "64×1024×768 → 64×768" in full and "FLOPs 704.64 M" in full  # norm + log-softmax + mean: not 0
+    assert "bytes 201.53 MB" in full  # (64×1024×768 in + 2×768 weight and bias + 64×768 out) × 4
+    assert "automatic: " in small and "seq_len 1024→" in small and "hidden 768→" in small
+    changes = lines[3].split("automatic: ")[1]
+    assert "in_channels 32→" in changes and not any(p in changes for p in ("kernel", "stride", "padding", "groups"))
+
+
+def test_problems_size_option_and_the_bundled_listing(tmp_path):
+    result = run_kgen("problems", "softmax", "--size", "small")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["softmax  small  float32  64×1000 → 64×1000  FLOPs 320.00 k  bytes 512.00 kB  "
+                                          "floor no GPU  KGEN_SMALL: batch_size 4096→64, dim 65536→1000"]
+    bundled = run_kgen("problems", "--size", "full").stdout.splitlines()
+    assert [line.split("  ")[0] for line in bundled] == ["conv2d", "conv_relu_maxpool", "layernorm", "matmul", "softmax"]
+
+
+def test_problems_lists_the_good_files_and_one_line_per_bad_one_and_exits_2(tmp_path):
+    result = run_kgen("problems", str(PROBLEM_FILES / "reduce_sum_dim.py"), str(tmp_path / "missing.py"),
+                      str(PROBLEM_FILES / "no_model.py"))
+    assert result.returncode == 2
+    assert [line.split("  ")[:2] for line in result.stdout.splitlines()] == [["reduce_sum_dim", "full"],
+                                                                             ["reduce_sum_dim", "small"]]
+    assert result.stderr.splitlines() == [f"kgen: error: problem file not found: {tmp_path / 'missing.py'}",
+                                          f"kgen: error: {PROBLEM_FILES / 'no_model.py'}: not a KernelBench-format "
+                                          "problem: it defines no 'Model'"]
+
+
+def _run_in_terminal(args: list[str], columns: int) -> str:
+    """The real CLI with a pseudo-terminal of `columns` columns as its stdout."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = dict(os.environ, COLUMNS=str(columns), TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "kgen", *args], stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=300)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_problems_in_a_100_column_terminal_fits_and_shows_every_name_whole(tmp_path):
+    path = _long_named_copy(tmp_path)
+    lines = _run_in_terminal(["problems", "matmul", str(path)], columns=100).splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "matmul" in lines and LONG_NAME in lines  # each name on a line of its own, whole
+    assert any("4096×4096, 4096×4096 → 4096×4096" in line and "137.44 G" in line for line in lines)
+    assert any("KGEN_SMALL: N 4096→96" in line for line in lines)
