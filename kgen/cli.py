@@ -23,6 +23,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 
 DbOption = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path (default: KGEN_DB or ./results.db)")
+NoSandboxOption = typer.Option(False, "--no-sandbox", help="run candidates without bubblewrap (each still runs in a process of its own, "
+                               "apart from the judge, with an allow-listed environment); every result records it")
 SizeOption = typer.Option("full", "--size", help="full (the published sizes) or small (for machines without a GPU)")
 
 
@@ -84,6 +86,7 @@ def eval_cmd(
     rtol: Optional[float] = typer.Option(None, "--rtol", help="relative tolerance (default 1e-5 fp32, 1e-2 fp16/bf16)"),
     db: Optional[str] = typer.Option(None, "--db", help="a results DB to take (or store) the eager and torch.compile "
                                                         "baselines from; without it they are not timed"),
+    no_sandbox: bool = NoSandboxOption,
 ) -> None:
     """Evaluate one candidate: static checks, compile, verify against the reference and (on a GPU) time it."""
     import json
@@ -110,7 +113,11 @@ def eval_cmd(
         raise KgenError("--rtol must be between 0 and 1")
     size = size or ("small" if device == "cpu" else "full")
     loaded = load_problem(problem, size)
-    settings = EvalSettings(device=device, size=size, timeout_s=timeout, rtol=rtol)
+    settings = EvalSettings(device=device, size=size, timeout_s=timeout, rtol=rtol,
+                            sandbox="none" if no_sandbox else "bwrap")
+    from kgen.sandbox import SandboxMode, check_sandbox
+
+    check_sandbox(SandboxMode(settings.sandbox))
     if db is not None and device != "cpu":
         from kgen.baselines import get_baselines
         from kgen.db import open_db
@@ -167,6 +174,7 @@ def search_cmd(
     replay_run: Optional[int] = typer.Option(None, "--run", help="replay proposer: the run in it to replay"),
     overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="propose round k+1 once round k has compiled, "
                                  "so compiles overlap timing (default); --no-overlap: each round sees all of the last"),
+    no_sandbox: bool = NoSandboxOption,
 ) -> None:
     """Search for kernels faster than PyTorch: rounds of propose, compile, verify and time, on Ray."""
     import signal
@@ -182,7 +190,11 @@ def search_cmd(
         seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
-        replay_run=replay_run, overlap=overlap)
+        replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap")
+    from kgen.sandbox import SandboxMode, check_sandbox
+
+    if config is not None:
+        check_sandbox(SandboxMode(config.sandbox))
     from kgen.search import STOP_REQUESTED, request_stop
 
     STOP_REQUESTED.clear()

@@ -56,6 +56,7 @@ class EvalSettings:
     baseline_compile_ms: Optional[float] = None
     floor_ms: Optional[float] = None
     cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
+    sandbox: str = "bwrap"  # "bwrap" | "none" (--no-sandbox: recorded with every result)
 
 
 @dataclass

@@ -58,6 +58,7 @@ class SearchConfig:
     replay_run: Optional[int] = None
     proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
     overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
+    sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
 
     @classmethod
     def from_settings(cls, settings: dict) -> "SearchConfig":
@@ -195,7 +196,7 @@ class Search:
         from kgen.roofline import compute_roofline, device_ceilings
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
-                                timeout_s=self.config.timeout_s)
+                                timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
         if settings.device == "cpu":
             return settings, None
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)

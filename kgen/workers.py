@@ -117,14 +117,16 @@ class _Evaluator:
         self.problem_path = problem_path
         self.size = size
         _load(problem_path, size)
-        from kgen.sandbox import keep_spare_workers
-
-        keep_spare_workers()  # the next candidate's process imports torch while this one runs
+        self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
 
     def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
-        from kgen.evaluate import evaluate_candidate
+        from kgen.evaluate import evaluate_candidate, sandbox_mode
+        from kgen.judge import SpareRunners
 
-        return evaluate_candidate(_load(self.problem_path, self.size), source, settings)
+        mode = sandbox_mode(settings)
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        return evaluate_candidate(_load(self.problem_path, self.size), source, settings, self.spares)
 
     def device(self) -> "Device":
         import torch

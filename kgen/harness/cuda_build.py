@@ -54,6 +54,10 @@ class CudaNotRunnable(Exception):
     """The sources compiled, but this torch has no CUDA: nothing can be loaded or run here."""
 
 
+class CudaNotBuilt(Exception):
+    """A build the runner needs was not made by the compile step (the runner never starts a compiler)."""
+
+
 def cache_root() -> Path:
     """Where this process's builds go: KGEN_CUDA_BUILD_DIR (the judge gives each candidate source its
     own directory, writable only by that source's compile step), else the cache's cuda_build/."""
@@ -277,7 +281,7 @@ def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
     return bool(with_cuda) or bool(sources)
 
 
-def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callable, Callable]:
+def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> tuple[Callable, Callable]:
     """Replacements for `load_inline` and `load` that build under keyed names and directories."""
     from torch.utils import cpp_extension
 
@@ -301,6 +305,9 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                                 kind == "load_inline" and not bound.arguments.get("no_implicit_headers", False))
                 module = _load_built(build_dir, name, bound) if torch.version.cuda else None
                 cached = module is not None
+                if module is None and not allow_build:
+                    raise CudaNotBuilt(f"the CUDA extension {kind}(...) was not built by the compile step "
+                                       "(are its arguments different at run time?)")
                 if module is None:
                     module = run(name, str(build_dir))
                     if torch.version.cuda:
@@ -359,8 +366,9 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
     return load_inline, load
 
 
-def install(log: BuildLog, count: Callable[[str], None]) -> None:
-    """Replace torch.utils.cpp_extension.load_inline/load (before the candidate is imported)."""
+def install(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> None:
+    """Replace torch.utils.cpp_extension.load_inline/load (before the candidate is imported); with
+    `allow_build` False they only load what the compile step built, and never start a compiler."""
     from torch.utils import cpp_extension
 
-    cpp_extension.load_inline, cpp_extension.load = keyed_builders(log, count)
+    cpp_extension.load_inline, cpp_extension.load = keyed_builders(log, count, allow_build)
