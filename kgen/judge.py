@@ -66,6 +66,7 @@ CLOCK_SLACK_MS = 0.05
 PREBUILT_SUFFIX = ".cuda-prebuilt"  # the CPU compile stage's CUDA builds of a source, before its GPU compile step
 RUNNER_OUTCOMES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value, Outcome.STATIC_REJECT.value}
 MESSAGE_CHARS = 4000
+SANDBOX_START_S = 180.0  # a sandboxed process that has not imported torch by then is a harness fault
 
 
 class Verdict(Exception):
@@ -213,13 +214,22 @@ class Judge:
                 budget_s: Optional[float] = None) -> dict[str, Any]:
         """The runner's next message; its silence, death or garbage becomes the candidate's outcome."""
         wait_s = max(self.left_s(), 0.01) if budget_s is None else max(min(self.left_s(), budget_s), 0.01)
+        starting = stage.endswith("start")  # starting a sandbox runs no candidate code: kgen's fault if it fails
+        if starting:
+            wait_s = SANDBOX_START_S
         try:
             message = slot.channel.receive(timeout_s=wait_s)
         except ChannelTimeout:
+            if starting:
+                raise HarnessFault(f"the sandbox did not start within {SANDBOX_START_S:.0f} s"
+                                   + _stderr_suffix(slot)) from None
             limit = f"the {self.settings.timeout_s:g} s time limit" if budget_s is None else f"{wait_s:.0f} s"
             raise Verdict(Outcome.TIMEOUT, f"no result within {limit} (during {stage}; the sandbox was killed)") from None
         except ChannelClosed:
             slot.process.kill()
+            if starting:
+                raise HarnessFault(f"the sandbox failed to start: it {slot.process.exit_description()}"
+                                   + _stderr_suffix(slot)) from None
             raise Verdict(Outcome.RUNTIME_ERROR, f"the evaluation process {slot.process.exit_description()} "
                                                  f"during {stage}" + _stderr_suffix(slot)) from None
         except BadFrame as e:
@@ -460,10 +470,9 @@ class Judge:
         slot = self.spares.take(str(self.device)) if self.spares else start_process(
             str(self.device), self.mode, runner_spec(str(self.device)))
         self.slots.append(slot)
-        try:
-            self.receive(slot, "the sandbox's start", ("ready",))
-        except Verdict as v:
-            raise HarnessFault(f"the sandbox failed to start: {v.message}") from None
+        self.receive(slot, "the sandbox's start", ("ready",))
+        if self.left_s() <= 0:  # the candidate's own earlier run (its ablated copy) used up its time
+            raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
         slot.channel.send(asdict(job), fds=(self.arena.fd,))
         sealed = self.receive(slot, "the runner's setup", ("sealed",))
         versions = sealed.get("versions")
@@ -500,7 +509,7 @@ class Judge:
         from kgen.ablation import ablated_kernel_names
 
         slot.channel.send({"type": "load", "module": "ablated", "source": ablated})
-        passed = False
+        passed, torch_ops = False, set()
         budget_s = max(10.0, self.left_s() / 4)  # a hang here must leave time for the real evaluation
         try:
             self.receive(slot, "the ablated copy's import", ("loaded",), budget_s)
@@ -509,15 +518,19 @@ class Judge:
                 slot.channel.send({"type": "forward", "module": "ablated", "stage": "the ablated copy's forward"})
                 report = self.receive(slot, "the ablated copy's forward", ("output",), budget_s)
                 passed = passed or all(c.ok for c in self.check_outputs(report, trial))
+                if isinstance(report.get("work"), dict):
+                    torch_ops.update(_text(k, 64) for k in list(report["work"])[:32])
         except Verdict as v:
             self.evidence.details["ablation"] = f"inconclusive: the ablated copy failed ({v.outcome})"
             if not slot.process.alive() or v.outcome == Outcome.TIMEOUT:
                 raise _Restart() from None
             return
         if passed:
+            self.evidence.details["torch_ops"] = sorted(torch_ops)
+            who = f"torch ({', '.join(sorted(torch_ops))})" if torch_ops else "torch or other code"
             raise Verdict(Outcome.STATIC_REJECT, f"its output is still correct with the bodies of its own kernels "
-                                                 f"({', '.join(ablated_kernel_names(self.source))}) removed: torch or "
-                                                 "other code computes the result, not its kernels")
+                                                 f"({', '.join(ablated_kernel_names(self.source))}) removed: {who} "
+                                                 "computes the result, not its kernels")
         self.evidence.details["ablation"] = "the ablated copy's output was wrong, as it must be"
 
     def trials(self, slot: RunnerSlot, trials: list[Trial]) -> None:
@@ -713,6 +726,7 @@ class Judge:
             self.reference_profile(trials[0].inputs)
             job = self.make_arena(trials[0].inputs)
             self.phase("reference_s")
+            self.deadline = time.monotonic() + self.settings.timeout_s  # the candidate's time starts now
             ablated = ablate_triton_kernels(self.source) if self.language != "cuda" else None
             if self.mode is SandboxMode.NONE:
                 job.seal = False
