@@ -268,10 +268,35 @@ def _drain(pipe, log: BoundedLog) -> None:
         pipe.close()
 
 
+def _reachable_by_nobody(path: Path) -> bool:
+    """Whether uid 65534 can reach `path`: every directory above it searchable by others (kgen's
+    own cache under a 0700 /root is not), the path itself readable."""
+    import stat
+
+    path = Path(path).resolve()
+    for parent in reversed(path.parents):
+        try:
+            if not parent.stat().st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IROTH) or path.stat().st_uid == SANDBOX_UID
+
+
+def _drop_to_nobody(spec: "SandboxSpec") -> bool:
+    """Start bubblewrap itself as uid 65534 (kgen runs as root): when Python works for nobody here and
+    every path the sandbox binds can be reached by it."""
+    return _run_as_nobody(spec.gpu) and all(_reachable_by_nobody(p) for p in [*spec.read_only, *spec.writable])
+
+
 @functools.lru_cache(maxsize=2)
 def _run_as_nobody(gpu: bool) -> bool:
-    """Whether bubblewrap can itself run as uid 65534 here (kgen runs as root, and everything the
-    sandbox binds is readable by nobody): a probe, once per process."""
+    """Whether bubblewrap can itself run as uid 65534 here (kgen runs as root, and the Python
+    installation and packages are readable by nobody): a probe, once per process."""
     if os.geteuid() != 0:
         return False
     spec = SandboxSpec(gpu=gpu)
@@ -330,9 +355,11 @@ class SandboxedProcess:
             pass_fds.append(seccomp_fd)
             env = sandbox_env(spec, mode, workdir)
             command = bwrap_command(argv, spec, seccomp_fd, workdir)
-            if _run_as_nobody(spec.gpu):
-                for path in spec.writable:
-                    os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            if _drop_to_nobody(spec):
+                for path in spec.writable:  # fresh directories of this evaluation: theirs to write
+                    for root, dirs, files in os.walk(path):
+                        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                            os.chown(name, SANDBOX_UID, SANDBOX_UID)
                 kwargs = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
             self.isolation = "bubblewrap: own user/PID/network/IPC namespaces, uid 65534, no capabilities, seccomp"
             cwd = "/"
