@@ -100,60 +100,71 @@ def builds_root() -> Path:
 
 @dataclass
 class RunnerSlot:
-    """A started sandboxed process and our end of its channel."""
+    """A started sandboxed process and our end of its channel (and, for a compile step, the fresh
+    directory it may write)."""
 
     process: SandboxedProcess
     channel: Channel
-    ready: bool = False
+    staging: Optional[Path] = None
 
-    def close(self) -> None:
+    def close(self, keep_staging: bool = False) -> None:
         try:
             self.channel.close()
         except OSError:
             pass
         self.process.kill()
+        if self.staging is not None and not keep_staging:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def start_process(device: str, mode: SandboxMode, spec: SandboxSpec) -> RunnerSlot:
-    """Start `python -m kgen.harness.runner` in the sandbox (it imports torch, then waits for a job)."""
+def start_process(device: str, mode: SandboxMode, kind: str = "run") -> RunnerSlot:
+    """Start `python -m kgen.harness.runner` in the sandbox for `device`: it imports torch, makes its
+    CUDA context and warms Triton, then waits for a job. `kind` "run": read-only builds, nothing
+    writable (the same for every candidate, so it can start before the candidate is known);
+    "compile": a fresh staging directory of its own, writable, where it publishes its builds."""
+    gpu = device.startswith("cuda")
+    root = builds_root()
+    root.mkdir(parents=True, exist_ok=True)
+    env = {"KGEN_RUNNER_DEVICE": device}
+    if not gpu:
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    staging = None
+    if kind == "compile":
+        staging = root / f".staging-{secrets.token_hex(8)}"
+        (staging / "cuda").mkdir(parents=True)
+        (staging / "triton").mkdir()
+    spec = SandboxSpec(gpu=gpu, read_only=[root], writable=[staging] if staging else [], env=env,
+                       memory_limit_bytes=None if gpu else cpu_memory_limit_bytes())
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process = SandboxedProcess("kgen.harness.runner", spec, mode, theirs.fileno())
     except SandboxUnavailable as e:
         ours.close()
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         raise HarnessFault(str(e)) from e
     finally:
         theirs.close()
-    return RunnerSlot(process, Channel(ours))
-
-
-def runner_spec(device: str) -> SandboxSpec:
-    """A run-mode sandbox: read-only builds, no writable path; the same for every candidate, so it can
-    be started before the candidate is known."""
-    gpu = device.startswith("cuda")
-    builds = builds_root()
-    builds.mkdir(parents=True, exist_ok=True)
-    env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""} if not gpu else {}
-    return SandboxSpec(gpu=gpu, read_only=[builds], env=env,
-                       memory_limit_bytes=None if gpu else cpu_memory_limit_bytes())
+    return RunnerSlot(process, Channel(ours), staging)
 
 
 class SpareRunners:
-    """One started runner kept ready per device: it imports torch while the judge is busy with the
-    previous candidate. Every candidate still gets a process no other candidate has touched."""
+    """One started process kept ready per (device, kind): it imports torch, makes its CUDA context and
+    warms Triton while the judge is busy with the previous candidate. Every candidate still gets
+    processes, directories and a channel no other candidate has touched."""
 
     def __init__(self, mode: SandboxMode):
         self.mode = mode
-        self.spares: dict[str, RunnerSlot] = {}
+        self.spares: dict[tuple[str, str], RunnerSlot] = {}
 
-    def take(self, device: str) -> RunnerSlot:
-        slot = self.spares.pop(device, None)
+    def take(self, device: str, kind: str = "run") -> RunnerSlot:
+        slot = self.spares.pop((device, kind), None)
         if slot is not None and not slot.process.alive():
             slot.close()
             slot = None
-        fresh = slot or start_process(device, self.mode, runner_spec(device))
+        fresh = slot or start_process(device, self.mode, kind)
         try:
-            self.spares[device] = start_process(device, self.mode, runner_spec(device))
+            self.spares[(device, kind)] = start_process(device, self.mode, kind)
         except HarnessFault:
             pass
         return fresh
@@ -165,10 +176,21 @@ class SpareRunners:
 
 @dataclass
 class Trial:
+    """One verification call's inputs, drawn from `seed` (×`scale` for floating inputs), and their
+    float64 references: made when first needed and dropped when the next trial's are made, so the
+    judge holds one trial's tensors at a time, however many trials there are."""
+
     seed: int
     scale: float
-    inputs: list[Any]
-    references: list[torch.Tensor]
+    _made: Optional[tuple[list[Any], list[torch.Tensor]]] = field(default=None, repr=False)
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self._made[0]
+
+    @property
+    def references(self) -> list[torch.Tensor]:
+        return self._made[1]
 
 
 @dataclass
@@ -226,6 +248,10 @@ class Judge:
             limit = f"the {self.settings.timeout_s:g} s time limit" if budget_s is None else f"{wait_s:.0f} s"
             raise Verdict(Outcome.TIMEOUT, f"no result within {limit} (during {stage}; the sandbox was killed)") from None
         except ChannelClosed:
+            try:
+                slot.process.proc.wait(timeout=5)  # its own exit status, when it exited by itself
+            except Exception:  # noqa: BLE001 - still running (it closed the socket): kill it
+                pass
             slot.process.kill()
             if starting:
                 raise HarnessFault(f"the sandbox failed to start: it {slot.process.exit_description()}"
@@ -261,16 +287,23 @@ class Judge:
         seeds = [secrets.randbelow(2**31 - 1) for _ in range(trials)]
         scales = [1.0] * (trials - 1) + [100.0]  # the last trial: floating inputs ×100 (overflow-prone rewrites)
         self.evidence.details.update(seeds=seeds, scales=scales, model_seed=self.model_seed)
-        try:
-            self.reference = self.problem.make_model(self.model_seed, self.device)
-            self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
-            out = []
-            for seed, scale in zip(seeds, scales):
-                inputs = self.problem.make_inputs(seed, self.device, scale)
-                out.append(Trial(seed, scale, inputs, self.references(inputs)))
-        except torch.OutOfMemoryError as e:
-            raise HarnessFault(f"the reference ran out of GPU memory: {str(e).splitlines()[0]}") from e
-        return out
+        self.reference = self.problem.make_model(self.model_seed, self.device)
+        self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
+        self._current_trial: Optional[Trial] = None
+        return [Trial(seed, scale) for seed, scale in zip(seeds, scales)]
+
+    def make(self, trial: Trial) -> Trial:
+        """Draw `trial`'s inputs and references (freeing the previous trial's first)."""
+        if trial._made is None:
+            if self._current_trial is not None:
+                self._current_trial._made = None
+            try:
+                inputs = self.problem.make_inputs(trial.seed, self.device, trial.scale)
+                trial._made = (inputs, self.references(inputs))
+            except torch.OutOfMemoryError as e:
+                raise HarnessFault(f"the reference ran out of GPU memory: {str(e).splitlines()[0]}") from e
+            self._current_trial = trial
+        return trial
 
     def references(self, inputs: list[Any]) -> list[torch.Tensor]:
         with torch.no_grad():
@@ -373,17 +406,13 @@ class Judge:
         if (final / "complete").exists():
             self.evidence.details["compile_step"] = "cached"
             return final
-        staging = builds_root() / f".staging-{secrets.token_hex(8)}"
+        slot = self.take(str(self.device), "compile")
+        staging = slot.staging
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX) / "cuda"
         if prebuilt.is_dir():  # the CPU compile stage built its CUDA extensions already
-            shutil.copytree(prebuilt, staging / "cuda", symlinks=True)
-        (staging / "cuda").mkdir(parents=True, exist_ok=True)
-        (staging / "triton").mkdir()
-        try:
-            self._compile_in(staging, job, ablated)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            shutil.copytree(prebuilt, staging / "cuda", symlinks=True, dirs_exist_ok=True)
+            slot.process.hand_over(staging / "cuda")
+        self._compile_in(slot, job, ablated)
         (staging / "complete").write_text("compiled by the compile step\n")
         try:
             os.rename(staging, final)
@@ -403,12 +432,8 @@ class Judge:
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX)
         if prebuilt.exists() or (final / "complete").exists():
             return "", "", []
-        staging = builds_root() / f".staging-{secrets.token_hex(8)}"
-        (staging / "cuda").mkdir(parents=True)
-        spec = SandboxSpec(gpu=False, writable=[staging], read_only=[builds_root()], env={"CUDA_VISIBLE_DEVICES": ""},
-                           memory_limit_bytes=cpu_memory_limit_bytes())
-        slot = start_process("cpu", self.mode, spec)
-        self.slots.append(slot)
+        slot = self.take("cpu", "compile")
+        staging = slot.staging
         compile_job = RunnerJob(**dict(asdict(job), mode="compile",
                                        env=dict(job.env, KGEN_CUDA_BUILD_DIR=str(staging / "cuda"))))
         outcome, message, builds = "", "", []
@@ -424,22 +449,24 @@ class Judge:
                 outcome, message = v.outcome, v.message
             builds = self.evidence.details.get("cuda_builds", [])
         finally:
+            slot.close(keep_staging=True)
+            self.slots.remove(slot)
             self.close()
-        if outcome:
-            shutil.rmtree(staging, ignore_errors=True)
-            return outcome, message, builds
-        try:
-            os.rename(staging, prebuilt)
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-        return "", "", builds
+        if not outcome:
+            try:
+                os.rename(staging, prebuilt)
+            except OSError:  # another evaluation of the same source published first
+                pass
+        shutil.rmtree(staging, ignore_errors=True)
+        return outcome, message, builds
 
-    def _compile_in(self, staging: Path, job: RunnerJob, ablated: Optional[str]) -> None:
-        spec = SandboxSpec(gpu=self.gpu, writable=[staging], read_only=[builds_root()],
-                           env={"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""} if not self.gpu else {},
-                           memory_limit_bytes=None if self.gpu else cpu_memory_limit_bytes())
-        slot = start_process(str(self.device), self.mode, spec)
+    def take(self, device: str, kind: str) -> RunnerSlot:
+        slot = self.spares.take(device, kind) if self.spares else start_process(device, self.mode, kind)
         self.slots.append(slot)
+        return slot
+
+    def _compile_in(self, slot: RunnerSlot, job: RunnerJob, ablated: Optional[str]) -> None:
+        staging = slot.staging
         compile_job = RunnerJob(**dict(asdict(job), mode="compile", publish_to=str(staging / "triton"),
                                        env=dict(job.env, KGEN_CUDA_BUILD_DIR=str(staging / "cuda"))))
         try:
@@ -460,17 +487,21 @@ class Judge:
                     # other failures of the warm-up call show again, with their context, in the runner
             slot.channel.send({"type": "bye"})
             self.receive(slot, "the compile step's end", ("bye",))
-        finally:
+        except BaseException:
             slot.close()
             self.slots.remove(slot)
+            raise
+        slot.close(keep_staging=True)
+        self.slots.remove(slot)
 
     # -- the runner ----------------------------------------------------------------------------------
 
     def start_runner(self, job: RunnerJob) -> RunnerSlot:
-        slot = self.spares.take(str(self.device)) if self.spares else start_process(
-            str(self.device), self.mode, runner_spec(str(self.device)))
-        self.slots.append(slot)
-        self.receive(slot, "the sandbox's start", ("ready",))
+        slot = self.take(str(self.device), "run")
+        ready = self.receive(slot, "the sandbox's start", ("ready",))
+        if isinstance(ready.get("seconds"), dict):
+            self.evidence.details["runner_start"] = {_text(k, 20): round(_number(v), 3)
+                                                     for k, v in list(ready["seconds"].items())[:4]}
         if self.left_s() <= 0:  # the candidate's own earlier run (its ablated copy) used up its time
             raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
         slot.channel.send(asdict(job), fds=(self.arena.fd,))
@@ -482,7 +513,7 @@ class Judge:
 
     def call(self, slot: RunnerSlot, trial: Trial, module: str, stage: str) -> dict[str, Any]:
         """One forward of `module` on `trial`'s inputs; returns the runner's report (outputs in the arena)."""
-        self.write_inputs(trial.inputs)
+        self.write_inputs(self.make(trial).inputs)
         slot.channel.send({"type": "forward", "module": module, "stage": stage})
         return self.receive(slot, stage, ("output",))
 
@@ -514,7 +545,7 @@ class Judge:
         try:
             self.receive(slot, "the ablated copy's import", ("loaded",), budget_s)
             for trial in trials[:2]:
-                self.write_inputs(trial.inputs)
+                self.write_inputs(self.make(trial).inputs)
                 slot.channel.send({"type": "forward", "module": "ablated", "stage": "the ablated copy's forward"})
                 report = self.receive(slot, "the ablated copy's forward", ("output",), budget_s)
                 passed = passed or all(c.ok for c in self.check_outputs(report, trial))
@@ -576,6 +607,8 @@ class Judge:
             if t == 0:
                 kept = [self.region(r).clone() for r in self.output_regions]
         self.phase("verify_s")
+        if self._current_trial is not None:  # nothing of the trials is needed from here on
+            self._current_trial._made = None
         details["kernel_launches"] = launches
         details["kernels"] = sorted(kernels)
         self.audit_work(torch_work, launches)
@@ -645,7 +678,7 @@ class Judge:
             settle()
             return (time.perf_counter() - started) * 1e3, reply
 
-        null_ms = [round_trip({"type": "ping"}, "pong", "timing")[0] for _ in range(10)]
+        null_ms = [round_trip({"type": "ping", "gpu": True}, "pong", "timing")[0] for _ in range(10)]
         copy_ms = _copy_ms(out_bytes, dev)
 
         def prepare() -> tuple[int, list[Any]]:
@@ -682,7 +715,7 @@ class Judge:
                 check_every = max(1, expected_runs // CHECKED_TIMED_RUNS)
             if secrets.randbelow(check_every) == 0:  # which runs are checked is decided after they ran
                 checked += 1
-                trial = Trial(seed, 1.0, inputs, self.references(inputs))
+                trial = Trial(seed, 1.0, (inputs, self.references(inputs)))
                 for c in self.check_outputs(reply, trial, "timed run: "):
                     if not c.ok:
                         raise Verdict(Outcome.INCORRECT, f"timed run {len(elapsed)} (fresh inputs, seed {seed}): "
@@ -723,7 +756,7 @@ class Judge:
             torch.cuda.reset_peak_memory_stats(self.device)
         try:
             trials = self.make_trials()
-            self.reference_profile(trials[0].inputs)
+            self.reference_profile(self.make(trials[0]).inputs)
             job = self.make_arena(trials[0].inputs)
             self.phase("reference_s")
             self.deadline = time.monotonic() + self.settings.timeout_s  # the candidate's time starts now
@@ -731,7 +764,7 @@ class Judge:
             if self.mode is SandboxMode.NONE:
                 job.seal = False
             if self.gpu or self.language == "cuda":
-                self.write_inputs(trials[0].inputs)
+                self.write_inputs(self.make(trials[0]).inputs)
                 build = self.compile_step(job, ablated)
                 job.triton_caches = [str(build / "triton")]
                 job.env = dict(job.env, KGEN_CUDA_BUILD_DIR=str(build / "cuda"))

@@ -340,6 +340,7 @@ class SandboxedProcess:
         import tempfile
 
         self.mode = mode
+        self.runs_as: Optional[int] = None  # the uid bubblewrap itself runs as, when not ours
         self.stdout, self.stderr = BoundedLog(), BoundedLog()
         self._host_workdir: Optional[str] = None
         argv = [sys.executable, "-m", module, str(channel_fd)]
@@ -356,10 +357,9 @@ class SandboxedProcess:
             env = sandbox_env(spec, mode, workdir)
             command = bwrap_command(argv, spec, seccomp_fd, workdir)
             if _drop_to_nobody(spec):
+                self.runs_as = SANDBOX_UID
                 for path in spec.writable:  # fresh directories of this evaluation: theirs to write
-                    for root, dirs, files in os.walk(path):
-                        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                            os.chown(name, SANDBOX_UID, SANDBOX_UID)
+                    self.hand_over(path)
                 kwargs = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
             self.isolation = "bubblewrap: own user/PID/network/IPC namespaces, uid 65534, no capabilities, seccomp"
             cwd = "/"
@@ -383,6 +383,14 @@ class SandboxedProcess:
                          for pipe, log in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))]
         for t in self._readers:
             t.start()
+
+    def hand_over(self, path) -> None:
+        """Make a directory tree the sandbox's to write: owned by the uid it runs as, when not ours."""
+        if self.runs_as is None:
+            return
+        for root, dirs, files in os.walk(path):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.chown(name, self.runs_as, self.runs_as, follow_symlinks=False)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -137,6 +137,7 @@ class CudaArena:
         import torch
 
         torch.cuda.synchronize(device_index)
+        size = cls._granular(size, device_index)  # the judge rounded its allocation up the same way
         cuda = _cuda()
         handle = ctypes.c_uint64()
         _check(cuda.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd),

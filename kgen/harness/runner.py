@@ -107,6 +107,13 @@ def classify(exc: BaseException, stage: str, build_log, candidate_file: str, ker
     return {"outcome": "runtime_error", "message": f"{kind} during {stage}: {_tail_of_traceback(exc)}"}
 
 
+def _copy_if_new(source: str, target: str) -> None:
+    """Copy a cache file unless this process has it already: Triton's cache is keyed by content, and
+    rewriting a library this process has loaded (the driver utilities its warm-up built) would crash it."""
+    if not os.path.exists(target):
+        shutil.copy2(source, target)
+
+
 def as_outputs(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -215,7 +222,8 @@ class Runner:
         if not self.compiling:  # the candidate's kernels, compiled by its compile step: a private copy
             for source in job.triton_caches:
                 if os.path.isdir(source):
-                    shutil.copytree(source, os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True)
+                    shutil.copytree(source, os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True,
+                                    copy_function=_copy_if_new)
         os.environ.update(job.env)
         from kgen.harness.cuda_build import BuildLog, install as install_cuda_builders
         from kgen.harness.trace import ForbiddenUseRecorder, LaunchCounter
@@ -226,9 +234,7 @@ class Runner:
         install_cuda_builders(self.build_log, self.counter.count_extension, allow_build=self.compiling)
         self.recorders = ForbiddenUseRecorder(os.path.join(self.workdir, "kgen_candidate.py"))
         self.recorders.install()
-        if self.cuda and not self.compiling:
-            _triton_warm_up(self.device)
-        torch.manual_seed(0)
+        self.probe = torch.zeros(1, device=self.device)
         if self.cuda:
             warm = torch.cuda.Event(enable_timing=True)
             warm.record()
@@ -386,16 +392,25 @@ class Runner:
         kernels.sort(key=lambda k: -k["us"])
         self.channel.send({"type": "profile", "kernels": kernels[:50]})
 
+    def ping(self, message: dict[str, Any]) -> None:
+        """A reply that costs what a timed run costs besides the forward: on a GPU, a kernel and a
+        synchronize (the GPU switches to this process's context and back, as it does for a timed run)."""
+        if self.cuda and message.get("gpu"):
+            self.probe.add_(1)
+            self.torch.cuda.synchronize(self.device)
+        self.channel.send({"type": "pong"})
+
     def serve(self) -> None:
         self.channel.send({"type": "sealed", "versions": _versions()})
         handlers = {"load": lambda m: self.load(m["module"], m["source"]), "forward": self.forward,
                     "timed": self.timed, "profile": lambda m: self.profile(),
-                    "ping": lambda m: self.channel.send({"type": "pong"})}
+                    "ping": self.ping}
         while True:
             message = self.channel.receive()
             if message["type"] == "bye":
-                if self.compiling and self.job.publish_to:  # the compiled kernels, for the runner
-                    shutil.copytree(os.environ["TRITON_CACHE_DIR"], self.job.publish_to, dirs_exist_ok=True)
+                cache = os.environ["TRITON_CACHE_DIR"]
+                if self.compiling and self.job.publish_to and os.path.isdir(cache):  # compiled kernels, for the runner
+                    shutil.copytree(cache, self.job.publish_to, dirs_exist_ok=True)
                 self.channel.send({"type": "bye"})
                 return
             handlers[message["type"]](message)
@@ -412,19 +427,40 @@ def _versions() -> dict[str, Any]:
     return {"torch_version": torch.__version__, "triton_version": triton_version, "cuda_version": torch.version.cuda}
 
 
-def main() -> None:
-    channel = Channel.from_fd(int(sys.argv[-1]))
+def _start_up() -> dict[str, float]:
+    """Everything that needs no candidate, done before the job arrives (a spare does it while the
+    judge is busy with the previous candidate): torch and triton imported, the device's CUDA context
+    made, and on a GPU one tiny kernel of kgen's own compiled and launched, so Triton's driver
+    utilities, launcher machinery and ptxas version are cached while processes are still allowed."""
+    started = time.perf_counter()
     # Triton's cache: private, in the sandbox's tmpfs (the runner copies the candidate's compiled kernels
     # in; the compile step publishes from it). Set before triton is imported.
     os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), "triton-cache")
-    import torch  # noqa: F401  (the slow imports, done before the job arrives: a spare waits after them)
+    import torch
     try:
         import triton  # noqa: F401
     except ImportError:
         pass
+    seconds = {"import_s": time.perf_counter() - started}
+    device = os.environ.get("KGEN_RUNNER_DEVICE", "cpu")
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        torch.zeros(1, device=device)
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            _triton_warm_up(torch.device(device))
+        seconds["cuda_s"] = time.perf_counter() - started - seconds["import_s"]
+    return seconds
 
+
+def main() -> None:
+    channel = Channel.from_fd(int(sys.argv[-1]))
     try:
-        channel.send({"type": "ready", "pid": os.getpid()})
+        started = _start_up()
+    except BaseException as e:  # noqa: BLE001 - no candidate code has run: the judge's problem
+        channel.send({"type": "setup_failed", "message": _tail_of_traceback(e)})
+        os._exit(3)
+    try:
+        channel.send({"type": "ready", "pid": os.getpid(), "seconds": started})
         job = channel.receive()
     except (ChannelClosed, OSError):
         os._exit(0)  # a spare whose judge went away before giving it a job

@@ -25,7 +25,9 @@ import tempfile
 from typing import Optional
 
 SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_CMP_NE = 1
 SCMP_CMP_MASKED_EQ = 7
+AF_UNIX = 1
 
 CLONE_THREAD = 0x00010000
 NAMESPACE_CLONE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -38,7 +40,7 @@ ESCAPE_SYSCALLS = (
     "reboot", "syslog", "acct", "quotactl", "sethostname", "setdomainname", "clock_settime", "clock_adjtime",
     "settimeofday", "adjtimex", "iopl", "ioperm", "fanotify_init", "vhangup", "move_mount", "open_tree", "fsopen",
     "fsconfig", "fsmount", "fspick", "mount_setattr", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "personality", "socket", "socketpair", "kcmp", "lookup_dcookie", "nfsservctl", "pidfd_getfd",
+    "personality", "kcmp", "lookup_dcookie", "nfsservctl", "pidfd_getfd",
 )
 PROCESS_SYSCALLS = ("fork", "vfork", "execve", "execveat")
 
@@ -94,12 +96,12 @@ class _Filter:
         if not self.ctx:
             raise SeccompError("seccomp_init failed")
 
-    def deny(self, name: str, code: int = errno.EPERM, *conditions: tuple[int, int, int]) -> None:
+    def deny(self, name: str, code: int = errno.EPERM, *conditions: tuple[int, int, int, int]) -> None:
+        """Refuse `name` with errno `code` when every condition (arg, op, a, b) holds (none: always)."""
         number = self.lib.seccomp_syscall_resolve_name(name.encode())
         if number < 0:  # not a system call on this architecture (e.g. umount on x86_64 is umount2)
             return
-        args = (_ArgCmp * len(conditions))(*[_ArgCmp(arg, SCMP_CMP_MASKED_EQ, mask, value)
-                                             for arg, mask, value in conditions]) if conditions else None
+        args = (_ArgCmp * len(conditions))(*[_ArgCmp(*c) for c in conditions]) if conditions else None
         rc = self.lib.seccomp_rule_add_array(self.ctx, _errno_action(code), number, len(conditions), args)
         if rc < 0:
             raise SeccompError(f"seccomp_rule_add({name}) failed: {os.strerror(-rc)}")
@@ -127,8 +129,10 @@ def escape_filter_bpf() -> bytes:
     f = _Filter()
     for name in ESCAPE_SYSCALLS:
         f.deny(name)
+    for name in ("socket", "socketpair"):  # arg 0 is the address family
+        f.deny(name, errno.EPERM, (0, SCMP_CMP_NE, AF_UNIX, 0))
     for flag in NAMESPACE_CLONE_FLAGS:  # clone(2) into a new namespace; arg 0 of clone is its flags
-        f.deny("clone", errno.EPERM, (0, flag, flag))
+        f.deny("clone", errno.EPERM, (0, SCMP_CMP_MASKED_EQ, flag, flag))
     f.deny("clone3", errno.ENOSYS)  # its flags sit behind a pointer seccomp cannot read: libc falls back to clone
     return f.export_bpf()
 
@@ -138,8 +142,8 @@ def load_no_new_processes(block_threads: bool = False) -> None:
     f = _Filter()
     for name in PROCESS_SYSCALLS:
         f.deny(name)
-    f.deny("clone", errno.EPERM, (0, CLONE_THREAD, 0))  # a clone that is not a thread is a new process
+    f.deny("clone", errno.EPERM, (0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0))  # not a thread: a new process
     if block_threads:
-        f.deny("clone", errno.EAGAIN, (0, CLONE_THREAD, CLONE_THREAD))
+        f.deny("clone", errno.EAGAIN, (0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD))
     f.deny("clone3", errno.ENOSYS)
     f.load()
