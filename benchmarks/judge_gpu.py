@@ -69,6 +69,8 @@ def main() -> None:
                "gpu_memory": r.details.get("gpu_memory"), "ablation": r.details.get("ablation"),
                "compile_step": r.details.get("compile_step"), "gpu_kernels": r.details.get("gpu_kernels"),
                "torch_work_share": r.details.get("torch_work_share"), "sandbox": r.details.get("sandbox"),
+               "steps": r.details.get("steps"), "runner_start": r.details.get("runner_start"),
+               "samples": {k: r.details.get(k) for k in ("samples_ms", "judge_wall_ms", "null_run_ms")},
                "stderr_tail": (r.details.get("stderr_tail") or "")[-1500:]}
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("problem", "candidate", "outcome", "message", "runtime_ms", "eval_s",

@@ -56,8 +56,9 @@ L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
 WARMUP_MAX_S = 2.0
 MAX_RUNS = 10_000
-MAX_TIMED_S = 30.0
+MAX_TIMED_S = 4.0  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
+NULL_RUN_EVERY = 10  # one run in this many is a null run: the round trip's overhead, measured all along
 TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and use less than half the GPU time
 # A runner whose event times are below the judge's clock (minus its own overheads) by more than this
 # share of the time, plus CLOCK_SLACK_MS, is `suspicious`.
@@ -220,7 +221,7 @@ class Judge:
         self.slots: list[RunnerSlot] = []
         self.arena = None
         self.phases: dict[str, float] = {}
-        self._mark = time.monotonic()
+        self._mark = self._last_answer = time.monotonic()
 
     # -- bookkeeping ---------------------------------------------------------------------------------
 
@@ -265,6 +266,11 @@ class Judge:
             for fd in slot.channel.take_fds():  # nothing the runner sends is opened
                 os.close(fd)
         kind = message["type"]
+        now = time.monotonic()
+        steps = self.evidence.details.setdefault("steps", [])
+        if len(steps) < 40:  # where an evaluation's seconds go: each answer and how long it took to come
+            steps.append([stage[:40], kind[:12], round(now - self._last_answer, 3)])
+        self._last_answer = now
         if kind == "failed":
             claimed = str(message.get("outcome"))
             outcome = claimed if claimed in RUNNER_OUTCOMES or (claimed == NOT_RUN and not self.gpu
@@ -678,7 +684,6 @@ class Judge:
             settle()
             return (time.perf_counter() - started) * 1e3, reply
 
-        null_ms = [round_trip({"type": "ping", "gpu": True}, "pong", "timing")[0] for _ in range(10)]
         copy_ms = _copy_ms(out_bytes, dev)
 
         def prepare() -> tuple[int, list[Any]]:
@@ -689,6 +694,13 @@ class Judge:
             torch.cuda.synchronize(dev)
             return seed, inputs
 
+        def null_run() -> float:
+            """A timed run's round trip with no forward: the same preparation, a kernel in the runner,
+            the same reply and settle (the GPU switches contexts as it does for a timed run)."""
+            prepare()
+            return round_trip({"type": "ping", "gpu": True}, "pong", "timing")[0]
+
+        null_ms = [null_run() for _ in range(5)]
         warm_started, warmup = time.perf_counter(), 0
         while warmup < WARMUP_RUNS and (warmup < 2 or time.perf_counter() - warm_started < WARMUP_MAX_S):
             prepare()
@@ -699,10 +711,12 @@ class Judge:
         started = time.perf_counter()
         checked, check_every = 0, None
         while len(elapsed) < MAX_RUNS and (len(elapsed) < min_runs or sum(elapsed) < min_s * 1e3) \
-                and time.perf_counter() - started < MAX_TIMED_S + min_s:
+                and (len(elapsed) < min_runs or time.perf_counter() - started < MAX_TIMED_S):
             if self.left_s() <= 0:
                 raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit "
                                                "(during timing)")
+            if len(elapsed) % NULL_RUN_EVERY == NULL_RUN_EVERY - 1:  # the overhead, measured all along
+                null_ms.append(null_run())
             seed, inputs = prepare()
             wall_ms, reply = round_trip({"type": "timed"}, "timed", "timing")
             ms = _number(reply.get("elapsed_ms"))
@@ -734,6 +748,8 @@ class Judge:
         stats["unexplained_ms"] = round(unexplained, 4)
         self.evidence.details["timing"] = stats
         self.evidence.details["samples_ms"] = [round(x, 5) for x in elapsed[:2000]]
+        self.evidence.details["judge_wall_ms"] = [round(x, 4) for x in wall[:2000]]
+        self.evidence.details["null_run_ms"] = [round(x, 4) for x in null_ms[:500]]
         if unexplained > CLOCK_SLACK_SHARE * median + CLOCK_SLACK_MS:
             raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) is below the judge's own "
                                               f"clock ({stats['judge_wall_median_ms']:.4g} ms, less {stats['round_trip_ms']:.3g} "
