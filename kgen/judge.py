@@ -58,7 +58,7 @@ WARMUP_MAX_S = 2.0
 MAX_RUNS = 10_000
 MAX_TIMED_S = 4.0  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
-NULL_RUN_EVERY = 10  # one run in this many is a null run: the round trip's overhead, measured all along
+CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
 TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and use less than half the GPU time
 # A runner whose event times are below the judge's clock (minus its own overheads) by more than this
 # share of the time, plus CLOCK_SLACK_MS, is `suspicious`.
@@ -663,48 +663,13 @@ class Judge:
 
     # -- timing --------------------------------------------------------------------------------------
 
-    def timing(self, slot: RunnerSlot) -> dict[str, Any]:
+    def timing(self, slot: RunnerSlot, watch: "Stopwatch") -> dict[str, Any]:
         """Time the candidate: fresh inputs for every run, drawn and written by the judge; L2 flushed by
         the judge; the runner's CUDA-event time for each run; the judge's clock around each run; a
         random sample of timed outputs verified. Returns the statistics."""
-        dev = self.device
-        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=dev)
-        probe = torch.zeros(1, device=dev)
-        out_bytes = sum(self.layout.regions[r].numel * torch.empty((), dtype=getattr(torch, self.layout.regions[r].dtype))
-                        .element_size() for r in self.output_regions)
-
-        def settle() -> None:  # the judge's own tiny kernel: returns once the GPU has run everything before it
-            probe.add_(1)
-            torch.cuda.synchronize(dev)
-
-        def round_trip(message: dict[str, Any], expect: str, stage: str) -> tuple[float, dict[str, Any]]:
-            started = time.perf_counter()
-            slot.channel.send(message)
-            reply = self.receive(slot, stage, (expect,))
-            settle()
-            return (time.perf_counter() - started) * 1e3, reply
-
-        copy_ms = _copy_ms(out_bytes, dev)
-
-        def prepare() -> tuple[int, list[Any]]:
-            seed = secrets.randbelow(2**31 - 1)
-            inputs = self.problem.make_inputs(seed, dev)
-            self.write_inputs(inputs)
-            flush.fill_(1)
-            torch.cuda.synchronize(dev)
-            return seed, inputs
-
-        def null_run() -> float:
-            """A timed run's round trip with no forward: the same preparation, a kernel in the runner,
-            the same reply and settle (the GPU switches contexts as it does for a timed run)."""
-            prepare()
-            return round_trip({"type": "ping", "gpu": True}, "pong", "timing")[0]
-
-        null_ms = [null_run() for _ in range(5)]
         warm_started, warmup = time.perf_counter(), 0
         while warmup < WARMUP_RUNS and (warmup < 2 or time.perf_counter() - warm_started < WARMUP_MAX_S):
-            prepare()
-            round_trip({"type": "timed"}, "timed", "timing (warm-up)")
+            watch.run("candidate", "timing (warm-up)")
             warmup += 1
         elapsed, wall = [], []
         min_runs, min_s = int(self.settings.min_timed_runs), float(self.settings.min_timed_s)
@@ -715,13 +680,7 @@ class Judge:
             if self.left_s() <= 0:
                 raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit "
                                                "(during timing)")
-            if len(elapsed) % NULL_RUN_EVERY == NULL_RUN_EVERY - 1:  # the overhead, measured all along
-                null_ms.append(null_run())
-            seed, inputs = prepare()
-            wall_ms, reply = round_trip({"type": "timed"}, "timed", "timing")
-            ms = _number(reply.get("elapsed_ms"))
-            if not (math.isfinite(ms) and ms > 0):
-                raise Verdict(Outcome.RUNTIME_ERROR, f"the runner reported a timed run of {reply.get('elapsed_ms')!r} ms")
+            seed, inputs, wall_ms, ms, reply = watch.run("candidate", "timing")
             elapsed.append(ms)
             wall.append(wall_ms)
             if check_every is None:
@@ -739,22 +698,21 @@ class Judge:
                                   **self.errors())
         ordered = sorted(elapsed)
         median = statistics.median(ordered)
+        beside = statistics.median(w - e for w, e in zip(wall, elapsed))  # the judge's clock beyond the events
         stats = {"median_ms": median, "mean_ms": statistics.fmean(ordered), "min_ms": ordered[0],
                  "p10_ms": ordered[len(ordered) // 10], "p90_ms": ordered[(len(ordered) * 9) // 10],
                  "runs": len(ordered), "warmup_runs": warmup, "checked_runs": checked,
-                 "judge_wall_median_ms": statistics.median(wall), "round_trip_ms": statistics.median(null_ms),
-                 "output_copy_ms": copy_ms}
-        unexplained = stats["judge_wall_median_ms"] - stats["round_trip_ms"] - copy_ms - median
-        stats["unexplained_ms"] = round(unexplained, 4)
+                 "judge_wall_median_ms": statistics.median(wall), "beside_events_ms": round(beside, 4),
+                 "overhead_ms": round(watch.overhead_ms, 4), "unexplained_ms": round(beside - watch.overhead_ms, 4)}
         self.evidence.details["timing"] = stats
         self.evidence.details["samples_ms"] = [round(x, 5) for x in elapsed[:2000]]
         self.evidence.details["judge_wall_ms"] = [round(x, 4) for x in wall[:2000]]
-        self.evidence.details["null_run_ms"] = [round(x, 4) for x in null_ms[:500]]
-        if unexplained > CLOCK_SLACK_SHARE * median + CLOCK_SLACK_MS:
+        if stats["unexplained_ms"] > CLOCK_SLACK_SHARE * median + CLOCK_SLACK_MS:
             raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) is below the judge's own "
-                                              f"clock ({stats['judge_wall_median_ms']:.4g} ms, less {stats['round_trip_ms']:.3g} "
-                                              f"ms of round trip and {copy_ms:.3g} ms of output copy) beyond noise: "
-                                              "the timing cannot be trusted", runtime_ms=median, **self.errors())
+                                              f"clock ({stats['judge_wall_median_ms']:.4g} ms per run, "
+                                              f"{watch.overhead_ms:.3g} ms of which a run that does nothing takes) "
+                                              "beyond noise: the timing cannot be trusted", runtime_ms=median,
+                          **self.errors())
         return stats
 
     # -- the whole evaluation ------------------------------------------------------------------------
@@ -790,6 +748,10 @@ class Judge:
             for attempt in range(2):
                 slot = self.start_runner(job)
                 details["sandbox"]["isolation"] = slot.process.isolation
+                watch = Stopwatch(self, slot) if self.gpu else None
+                if watch is not None:
+                    watch.calibrate()
+                    self.phase("calibration_s")
                 try:
                     if ablated is not None:
                         self.ablation(slot, trials, ablated)
@@ -802,7 +764,7 @@ class Judge:
                     ablated = None
             timing = None
             if self.gpu:
-                timing = self.timing(slot)
+                timing = self.timing(slot, watch)
                 self.phase("timing_s")
                 self.audit_gpu_kernels(slot)
                 details["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -836,6 +798,50 @@ class Judge:
             self.arena = None
         if self.gpu:
             torch.cuda.empty_cache()
+
+
+class Stopwatch:
+    """The judge's side of timed runs on a GPU: every run gets inputs drawn just before it, an L2 flush
+    (a 256 MB write), then the runner's timed call, clocked by the judge from its request to its own
+    kernel finishing after the reply (so work left running past the reply is counted).
+
+    `calibrate()` runs it on kgen's own do-nothing forward, in a runner no candidate code has touched
+    yet: what a timed run costs besides the forward on this GPU (the round trip, the switch between
+    the two processes' GPU contexts, the output copy). A candidate's runs may exceed that by their
+    event time and noise, no more."""
+
+    def __init__(self, judge: "Judge", slot: RunnerSlot):
+        self.judge, self.slot, self.device = judge, slot, judge.device
+        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
+        self.probe = torch.zeros(1, device=self.device)
+        self.overhead_ms = 0.0
+
+    def run(self, module: str, stage: str) -> tuple[int, list[Any], float, float, dict[str, Any]]:
+        """One timed run: (seed, inputs, the judge's wall ms, the runner's event ms, its reply)."""
+        seed = secrets.randbelow(2**31 - 1)
+        inputs = self.judge.problem.make_inputs(seed, self.device)
+        self.judge.write_inputs(inputs)
+        self.flush.fill_(1)
+        torch.cuda.synchronize(self.device)
+        started = time.perf_counter()
+        self.slot.channel.send({"type": "timed", "module": module})
+        reply = self.judge.receive(self.slot, stage, ("timed",))
+        self.probe.add_(1)  # the judge's own kernel: runs once the GPU has run everything before it
+        torch.cuda.synchronize(self.device)
+        wall_ms = (time.perf_counter() - started) * 1e3
+        ms = _number(reply.get("elapsed_ms"))
+        if not (math.isfinite(ms) and ms > 0):
+            raise Verdict(Outcome.RUNTIME_ERROR, f"the runner reported a timed run of {reply.get('elapsed_ms')!r} ms")
+        return seed, inputs, wall_ms, ms, reply
+
+    def calibrate(self, runs: int = CALIBRATION_RUNS) -> float:
+        beside = []
+        for k in range(runs + 3):  # the first few warm up
+            _, _, wall_ms, ms, _ = self.run("null", "calibration")
+            if k >= 3:
+                beside.append(wall_ms - ms)
+        self.overhead_ms = statistics.median(beside)
+        return self.overhead_ms
 
 
 def prebuild_cuda(problem: Problem, source: str, settings: EvalSettings, mode: SandboxMode) -> tuple[str, str, list]:
@@ -897,19 +903,3 @@ def _cuda_not_run_message(details: dict[str, Any]) -> str:
     return ("compiled with nvcc; not runnable here (torch has no CUDA): not run, not verified, not timed"
             if builds or details.get("compile_step") else
             "CUDA source; not runnable here (torch has no CUDA): not run, not verified, not timed")
-
-
-def _copy_ms(nbytes: int, device: torch.device) -> float:
-    """How long the runner's copy of its outputs into the arena takes on this GPU (the same bytes,
-    device to device): part of each timed run's wall time the runner's events rightly leave out."""
-    src = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize(device)
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
