@@ -56,14 +56,14 @@ L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
 WARMUP_MAX_S = 2.0
 MAX_RUNS = 10_000
-MAX_TIMED_S = 4.0  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
+MAX_TIMED_S = 2.5  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
 CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
 TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and use less than half the GPU time
 # A runner whose event times are below the judge's clock (minus its own overheads) by more than this
 # share of the time, plus CLOCK_SLACK_MS, is `suspicious`.
-CLOCK_SLACK_SHARE = 0.15
-CLOCK_SLACK_MS = 0.05
+CLOCK_SLACK_SHARE = 0.2
+CLOCK_SLACK_MS = 0.15
 PREBUILT_SUFFIX = ".cuda-prebuilt"  # the CPU compile stage's CUDA builds of a source, before its GPU compile step
 RUNNER_OUTCOMES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value, Outcome.STATIC_REJECT.value}
 MESSAGE_CHARS = 4000
@@ -107,6 +107,7 @@ class RunnerSlot:
     process: SandboxedProcess
     channel: Channel
     staging: Optional[Path] = None
+    warm_sent: bool = False  # told to make its CUDA context before its job (it answers `warmed`)
 
     def close(self, keep_staging: bool = False) -> None:
         try:
@@ -126,7 +127,7 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run") -> RunnerSl
     gpu = device.startswith("cuda")
     root = builds_root()
     root.mkdir(parents=True, exist_ok=True)
-    env = {"KGEN_RUNNER_DEVICE": device}
+    env = {"KGEN_RUNNER_DEVICE": device, "KGEN_RUNNER_KIND": kind}
     if not gpu:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     staging = None
@@ -150,29 +151,48 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run") -> RunnerSl
 
 
 class SpareRunners:
-    """One started process kept ready per (device, kind): it imports torch, makes its CUDA context and
-    warms Triton while the judge is busy with the previous candidate. Every candidate still gets
-    processes, directories and a channel no other candidate has touched."""
+    """Started processes kept ready per (device, kind), `depth` of each: they import torch while the
+    judge is busy with earlier candidates, and make their CUDA context when told to (`warm`, after a
+    candidate's timing, never during it). Every candidate still gets processes, directories and a
+    channel no other candidate has touched."""
 
-    def __init__(self, mode: SandboxMode):
+    def __init__(self, mode: SandboxMode, depth: int = 2):
         self.mode = mode
-        self.spares: dict[tuple[str, str], RunnerSlot] = {}
+        self.depth = depth
+        self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
 
     def take(self, device: str, kind: str = "run") -> RunnerSlot:
-        slot = self.spares.pop((device, kind), None)
-        if slot is not None and not slot.process.alive():
-            slot.close()
-            slot = None
+        queue = self.spares.setdefault((device, kind), [])
+        slot = None
+        while queue and slot is None:
+            slot = queue.pop(0)
+            if not slot.process.alive():
+                slot.close()
+                slot = None
         fresh = slot or start_process(device, self.mode, kind)
-        try:
-            self.spares[(device, kind)] = start_process(device, self.mode, kind)
-        except HarnessFault:
-            pass
+        while len(queue) < self.depth:
+            try:
+                queue.append(start_process(device, self.mode, kind))
+            except HarnessFault:
+                break
         return fresh
 
+    def warm(self) -> None:
+        """Let the waiting spares make their CUDA contexts now (no candidate is being timed)."""
+        for queue in self.spares.values():
+            for slot in queue:
+                if not slot.warm_sent and slot.process.alive():
+                    try:
+                        slot.channel.send({"type": "warm"})
+                        slot.warm_sent = True
+                    except OSError:
+                        pass
+
     def close(self) -> None:
-        while self.spares:
-            self.spares.popitem()[1].close()
+        for queue in self.spares.values():
+            for slot in queue:
+                slot.close()
+        self.spares.clear()
 
 
 @dataclass
@@ -444,7 +464,7 @@ class Judge:
                                        env=dict(job.env, KGEN_CUDA_BUILD_DIR=str(staging / "cuda"))))
         outcome, message, builds = "", "", []
         try:
-            self.receive(slot, "the compile stage's start", ("ready",))
+            self.started(slot, "the compile stage's start")
             slot.channel.send(asdict(compile_job), fds=(self.arena.fd,))
             self.receive(slot, "the compile stage's setup", ("sealed",))
             slot.channel.send({"type": "load", "module": "candidate", "source": self.source})
@@ -466,6 +486,14 @@ class Judge:
         shutil.rmtree(staging, ignore_errors=True)
         return outcome, message, builds
 
+    def started(self, slot: RunnerSlot, stage: str) -> dict[str, float]:
+        """Wait until a sandboxed process is up (and warm, if it was told to warm): what its start cost."""
+        ready = self.receive(slot, stage, ("ready",))
+        if slot.warm_sent:
+            ready = self.receive(slot, stage, ("warmed",))
+        seconds = ready.get("seconds") if isinstance(ready.get("seconds"), dict) else {}
+        return {_text(k, 20): round(_number(v), 3) for k, v in list(seconds.items())[:4]}
+
     def take(self, device: str, kind: str) -> RunnerSlot:
         slot = self.spares.take(device, kind) if self.spares else start_process(device, self.mode, kind)
         self.slots.append(slot)
@@ -476,7 +504,7 @@ class Judge:
         compile_job = RunnerJob(**dict(asdict(job), mode="compile", publish_to=str(staging / "triton"),
                                        env=dict(job.env, KGEN_CUDA_BUILD_DIR=str(staging / "cuda"))))
         try:
-            self.receive(slot, "the compile step's start", ("ready",))
+            self.started(slot, "the compile step's start")
             slot.channel.send(asdict(compile_job), fds=(self.arena.fd,))
             self.receive(slot, "the compile step's setup", ("sealed",))
             for module, source in (("ablated", ablated), ("candidate", self.source)):
@@ -504,10 +532,7 @@ class Judge:
 
     def start_runner(self, job: RunnerJob) -> RunnerSlot:
         slot = self.take(str(self.device), "run")
-        ready = self.receive(slot, "the sandbox's start", ("ready",))
-        if isinstance(ready.get("seconds"), dict):
-            self.evidence.details["runner_start"] = {_text(k, 20): round(_number(v), 3)
-                                                     for k, v in list(ready["seconds"].items())[:4]}
+        self.evidence.details["runner_start"] = self.started(slot, "the sandbox's start")
         if self.left_s() <= 0:  # the candidate's own earlier run (its ablated copy) used up its time
             raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
         slot.channel.send(asdict(job), fds=(self.arena.fd,))
@@ -777,6 +802,8 @@ class Judge:
                 result.setdefault(name, value)
         finally:
             self.close()
+            if self.spares is not None:
+                self.spares.warm()
         result["details"] = details
         result.update(getattr(self, "versions", {}))
         return result

@@ -17,6 +17,7 @@ Life of a runner:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -195,6 +196,10 @@ def _triton_warm_up(device) -> None:
     torch.cuda.synchronize(device)
 
 
+class _NoTrace(contextlib.nullcontext):
+    work: dict = {}
+
+
 class _NullModel:
     """Returns its outputs as they are: the forward of a timed run that does nothing."""
 
@@ -340,7 +345,7 @@ class Runner:
             return
         poison_allocator(self.device, self.out_bytes)
         args = self.args()
-        trace = OpTrace()
+        trace = OpTrace() if not self.compiling else _NoTrace()  # the compile step's call is not evidence
         self.counter.reset()
         started = time.perf_counter()
         try:
@@ -442,10 +447,9 @@ def _versions() -> dict[str, Any]:
 
 
 def _start_up() -> dict[str, float]:
-    """Everything that needs no candidate, done before the job arrives (a spare does it while the
-    judge is busy with the previous candidate): torch and triton imported, the device's CUDA context
-    made, and on a GPU one tiny kernel of kgen's own compiled and launched, so Triton's driver
-    utilities, launcher machinery and ptxas version are cached while processes are still allowed."""
+    """What needs neither a candidate nor the GPU, done before the job arrives (a spare does it while
+    the judge is busy with an earlier candidate): torch and triton imported and, in a runner, torch's
+    dispatch-mode machinery warmed (its first use imports decompositions and flop formulas: seconds)."""
     started = time.perf_counter()
     # Triton's cache: private, in the sandbox's tmpfs (the runner copies the candidate's compiled kernels
     # in; the compile step publishes from it). Set before triton is imported.
@@ -455,35 +459,55 @@ def _start_up() -> dict[str, float]:
         import triton  # noqa: F401
     except ImportError:
         pass
-    from kgen.harness.trace import OpTrace
+    if os.environ.get("KGEN_RUNNER_KIND", "run") == "run":
+        from kgen.harness.trace import OpTrace
 
-    with OpTrace():  # its first use imports torch's decompositions and flop formulas: seconds, better spent now
-        torch.ones(2).add(1)
-    seconds = {"import_s": time.perf_counter() - started}
+        with OpTrace():
+            torch.ones(2).add(1)
+    return {"import_s": round(time.perf_counter() - started, 3)}
+
+
+def _warm_gpu() -> dict[str, float]:
+    """The device's CUDA context, and one tiny Triton kernel of kgen's own compiled and launched, so
+    Triton's driver utilities, launcher machinery and ptxas version are cached while processes are
+    still allowed. A spare does this only when the judge says so (after a candidate's timing: a
+    context made during someone else's timed runs would disturb them), else on its job."""
+    started = time.perf_counter()
     device = os.environ.get("KGEN_RUNNER_DEVICE", "cpu")
     if device.startswith("cuda"):
+        import torch
+
         torch.cuda.set_device(torch.device(device))
         torch.zeros(1, device=device)
         if os.environ.get("TRITON_INTERPRET") != "1":
             _triton_warm_up(torch.device(device))
-        seconds["cuda_s"] = time.perf_counter() - started - seconds["import_s"]
-    return seconds
+    return {"gpu_s": round(time.perf_counter() - started, 3)}
 
 
 def main() -> None:
     channel = Channel.from_fd(int(sys.argv[-1]))
     try:
-        started = _start_up()
+        seconds = _start_up()
     except BaseException as e:  # noqa: BLE001 - no candidate code has run: the judge's problem
         channel.send({"type": "setup_failed", "message": _tail_of_traceback(e)})
         os._exit(3)
+    warmed = False
     try:
-        channel.send({"type": "ready", "pid": os.getpid(), "seconds": started})
-        job = channel.receive()
+        channel.send({"type": "ready", "pid": os.getpid(), "seconds": seconds})
+        while True:
+            message = channel.receive()
+            if message.get("type") != "warm":
+                break
+            if not warmed:
+                seconds.update(_warm_gpu())
+                warmed = True
+            channel.send({"type": "warmed", "seconds": seconds})
     except (ChannelClosed, OSError):
         os._exit(0)  # a spare whose judge went away before giving it a job
     try:
-        runner = Runner(channel, RunnerJob(**job), channel.take_fds())
+        if not warmed:
+            _warm_gpu()
+        runner = Runner(channel, RunnerJob(**message), channel.take_fds())
     except BaseException as e:  # noqa: BLE001 - setup failed before any candidate code ran: the judge's problem
         channel.send({"type": "setup_failed", "message": _tail_of_traceback(e)})
         os._exit(3)
