@@ -459,7 +459,9 @@ class Judge:
         message, builds), outcome "" when it built (or could not tell: the GPU's compile step will)."""
         self.model_seed = secrets.randbelow(2**31 - 1000)
         self.reference = self.problem.make_model(self.model_seed, "cpu")
-        job = self.make_arena([], outputs=False)
+        with torch.device("meta"):  # shapes only: the arena's input pages are never written, so never allocated
+            inputs = list(self.problem.module.get_inputs())
+        job = self.make_arena(inputs, outputs=False)
         final = self.build_dir()
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX)
         if prebuilt.exists() or (final / "complete").exists():
@@ -476,6 +478,13 @@ class Judge:
             slot.channel.send({"type": "load", "module": "candidate", "source": self.source})
             loaded = self.receive(slot, "the compile stage", ("loaded",))
             builds = loaded.get("builds") if isinstance(loaded.get("builds"), list) else []
+            slot.channel.send({"type": "forward", "module": "candidate", "meta": True, "stage": "the compile stage"})
+            try:  # a forward on meta tensors, for the extensions it builds on its first call
+                self.receive(slot, "the compile stage", ("output",))
+            except Verdict as v:
+                if v.outcome == Outcome.COMPILE_ERROR:
+                    raise
+            builds = self.evidence.details.get("cuda_builds", builds)
         except Verdict as v:
             if v.outcome == Outcome.COMPILE_ERROR:
                 outcome, message = v.outcome, v.message

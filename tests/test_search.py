@@ -137,19 +137,17 @@ def _replay_db(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_candidate_that_kills_its_worker_costs_only_itself(tmp_path):
+def test_a_candidate_cannot_reach_the_worker_evaluating_it(tmp_path):
     log = _replay_db(tmp_path / "log.db")
     db = tmp_path / "results.db"
-    # Without the sandbox's PID namespace (as where the OS refuses one), so the candidate can reach its worker.
     result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(log), "--rounds", "2",
-                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet",
-                      env={"KGEN_SANDBOX_NAMESPACES": "0"})
+                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     outcomes = rows(db, "SELECT c.round, e.outcome, e.message, c.source FROM candidates c "
                         "JOIN evaluations e ON e.candidate_id = c.id ORDER BY c.id")
-    assert [(r[0], r[1]) for r in outcomes] == [(0, "correct"), (0, "runtime_error"), (1, "correct")], outcomes
+    # its kill found no Ray worker among the processes the sandbox shows it: it is just a correct softmax
+    assert [r[1] for r in outcomes] == ["correct", "correct", "correct"], outcomes
     assert "_kill_ray_worker_ancestor" in outcomes[1][3]
-    assert "worker died" in outcomes[1][2]
     assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 2)]
 
 

@@ -228,5 +228,5 @@ class RunnerJob:
     triton_caches: list[str] = field(default_factory=list)  # run: compiled kernels to copy in (read-only)
     publish_to: Optional[str] = None  # compile: where the compiled Triton kernels go (writable)
     seal: bool = True  # run: load the no-new-processes seccomp filter (off only with --no-sandbox)
-    block_threads: bool = False
+    block_threads: bool = True  # the seal refuses new threads too: torch, triton and CUDA have started theirs
     type: str = "job"

@@ -273,8 +273,20 @@ class Runner:
             return self.arena.tensor(self.layout.regions[encoded["region"]])
         return decode_value(encoded.get("value") if isinstance(encoded, dict) else encoded)
 
-    def args(self) -> list[Any]:
-        return [self._value(v) for v in self.job.args]
+    def args(self, meta: bool = False) -> list[Any]:
+        """forward's arguments: the arena's input tensors (on `meta`, empty tensors of their shapes on the
+        meta device: the CPU compile stage calls forward only to make load_inline build)."""
+        if not meta:
+            return [self._value(v) for v in self.job.args]
+        torch = self.torch
+        out = []
+        for v in self.job.args:
+            if isinstance(v, dict) and "region" in v:
+                r = self.layout.regions[v["region"]]
+                out.append(torch.empty(r.shape, dtype=getattr(torch, r.dtype), device="meta"))
+            else:
+                out.append(self._value(v))
+        return out
 
     def fail(self, exc: BaseException, stage: str, module: str) -> None:
         names = self.counter.names.get(module, [])
@@ -343,8 +355,10 @@ class Runner:
             self.channel.send({"type": "failed", "outcome": "runtime_error", "stage": "forward",
                                "message": "no model loaded"})
             return
-        poison_allocator(self.device, self.out_bytes)
-        args = self.args()
+        meta = bool(message.get("meta")) and self.compiling
+        if not meta:
+            poison_allocator(self.device, self.out_bytes)
+        args = self.args(meta)
         trace = OpTrace() if not self.compiling else _NoTrace()  # the compile step's call is not evidence
         self.counter.reset()
         started = time.perf_counter()
