@@ -299,7 +299,7 @@ def open_db(db: str | None = None, *, create: bool = True, read_only: bool = Fal
     url_text = db_url(db)
     try:
         url = make_url(url_text)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise KgenError(f"bad database URL '{mask_url(url_text)}'") from None
     shown = mask_url(url_text)
     try:
@@ -350,6 +350,10 @@ def _sqlite_engine(url: URL, *, create: bool, read_only: bool) -> Engine:
             raise KgenError(f"cannot read database {path}: {e.strerror or e}") from None
         if head and head != b"SQLite format 3\x00":
             raise KgenError(f"{path} is not a SQLite database (refusing to touch it)")
+        if not read_only and not os.access(path.parent, os.W_OK):  # SQLite writes its -wal and -shm files there
+            raise KgenError(f"cannot write to database {path}: its folder is not writable")
+        if not read_only and not os.access(path, os.W_OK):
+            raise KgenError(f"cannot write to database {path}: the file is not writable")
     if read_only:
         # A WAL DB opens read-only only where SQLite can create its -shm file, or as immutable: that is
         # safe in a folder nobody can write (no writer can be at work without its -wal file there).
