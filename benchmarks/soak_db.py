@@ -136,8 +136,9 @@ def soak(work: Path, searches: int, rounds: int, candidates: int) -> Figures:
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             killed_run = found[0]
-            before_kill = query(db, "SELECT e.id, e.candidate_id, e.outcome, e.created_at FROM evaluations e JOIN "
-                                    "candidates c ON c.id = e.candidate_id WHERE c.run_id = ? ORDER BY e.id", killed_run)
+            before_kill = query(db, "SELECT e.id, e.candidate_id, e.outcome, e.created_at FROM evaluations e "
+                                    "JOIN candidates c ON c.id = e.candidate_id WHERE c.run_id = ? ORDER BY e.id",
+                                    killed_run)
             break
         time.sleep(0.05)
     if killed_run is None:

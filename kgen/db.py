@@ -31,7 +31,7 @@ from sqlalchemy import (JSON, Float, ForeignKey, Integer, String, Text, UniqueCo
                         inspect, select, text)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -233,12 +233,12 @@ def _reason(error: BaseException, url: URL) -> str:
     return mask_url(reason)
 
 
-class DatabaseWriteError(KgenError):
-    """The DB could not take a write: its disk is full, its server is gone, another process held its lock too
-    long. What was committed before is intact; a search stopped by it can be resumed."""
+class DatabaseUnavailableError(KgenError):
+    """The DB could not be used for reasons outside kgen: its disk is full, its server is gone, another
+    process held its lock too long. What was committed before is intact; a search stopped by it resumes."""
 
 
-# What a write that fails for reasons outside kgen says: SQLite's messages, and PostgreSQL's SQLSTATE classes
+# How the storage under a DB fails, outside kgen: SQLite's messages, and PostgreSQL's SQLSTATE classes
 # (53: insufficient resources, e.g. 53100 disk full; 08: connection; 57P: server shutting down; 25006: read-only)
 _SQLITE_STORAGE_ERRORS = ("database or disk is full", "disk i/o error", "database is locked",
                           "attempt to write a readonly database", "unable to open database file")
@@ -251,17 +251,18 @@ def _is_storage_error(error: DBAPIError) -> bool:
     sqlstate = getattr(error.orig, "sqlstate", None)
     if sqlstate:
         return sqlstate.startswith(_PG_STORAGE_SQLSTATES)
-    return any(m in str(error.orig).lower() for m in _SQLITE_STORAGE_ERRORS)
+    if isinstance(error.orig, sqlite3.Error):
+        return any(m in str(error.orig).lower() for m in _SQLITE_STORAGE_ERRORS)
+    return isinstance(error, OperationalError)  # a server's driver failing below SQL: connection refused or lost
 
 
 class Database:
     """An open results DB: `with db.session() as s:` for a write (committed when the block ends),
     `with db.reader() as s:` for reads."""
 
-    def __init__(self, engine: Engine, *, read_only: bool, upgraded_from: Optional[int] = None):
+    def __init__(self, engine: Engine, upgraded_from: Optional[int] = None):
         self.engine = engine
-        self.read_only = read_only
-        self.upgraded_from = upgraded_from  # the schema version open_db upgraded from, if it did
+        self.upgraded_from = upgraded_from  # the schema version open_db upgraded from (0: it created the DB)
         # kgen_writes: on SQLite, take the write lock when the transaction begins (see _sqlite_begin)
         self._writes = sessionmaker(engine.execution_options(kgen_writes=True), expire_on_commit=False)
         self._reads = sessionmaker(engine, expire_on_commit=False)
@@ -273,18 +274,24 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One write transaction. A write the storage cannot take (a full disk, a lost server) raises
-        DatabaseWriteError, one line; the transaction is rolled back and what was committed stays."""
+        DatabaseUnavailableError, one line; the transaction is rolled back and what was committed stays."""
+        with self._storage_errors("write to"), self._writes.begin() as s:
+            yield s
+
+    @contextmanager
+    def reader(self) -> Iterator[Session]:
+        with self._storage_errors("read"), self._reads() as s:
+            yield s
+
+    @contextmanager
+    def _storage_errors(self, doing: str) -> Iterator[None]:
         try:
-            with self._writes.begin() as s:
-                yield s
+            yield
         except DBAPIError as e:
             if _is_storage_error(e):
-                raise DatabaseWriteError(f"cannot write to the results DB {self.url}: "
-                                         f"{_reason(e, self.engine.url)}") from e
+                raise DatabaseUnavailableError(f"cannot {doing} the results DB {self.url}: "
+                                               f"{_reason(e, self.engine.url)}") from e
             raise
-
-    def reader(self) -> Session:
-        return self._reads()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -318,9 +325,9 @@ def open_db(db: str | None = None, *, create: bool = True, read_only: bool = Fal
     try:
         if read_only:
             _check_readable(engine, shown)
-            return Database(engine, read_only=True)
+            return Database(engine)
         upgraded_from = _create_or_upgrade(engine, shown)
-        return Database(engine, read_only=False, upgraded_from=upgraded_from)
+        return Database(engine, upgraded_from)
     except KgenError:
         engine.dispose()
         raise

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 from kgen import store
-from kgen.db import Database, DatabaseWriteError, Run, open_db
+from kgen.db import Database, DatabaseUnavailableError, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
@@ -383,14 +383,14 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             try:
                 store.set_run_status(search.db, search.run_id, status)
-            except DatabaseWriteError:
+            except DatabaseUnavailableError:
                 pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):
                 progress.note(f"interrupted: run {search.run_id} marked interrupted; "
                               f"`kgen search --resume {search.run_id}` continues it")
-            if isinstance(e, DatabaseWriteError):
-                raise DatabaseWriteError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "
-                                         f"{search.run_id}` continues it once the DB can be written") from e
+            if isinstance(e, DatabaseUnavailableError):
+                raise DatabaseUnavailableError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "
+                                               f"{search.run_id}` continues it once the DB can be used again") from e
         raise
     finally:
         progress.close()

@@ -68,7 +68,6 @@ def set_run_process(db: Database, run_id: int) -> None:
 def process_alive(settings: Optional[dict]) -> Optional[bool]:
     """Whether the process recorded by set_run_process still runs kgen: None where this machine
     cannot tell (no record, or another host)."""
-    import os
     import socket
 
     proc = (settings or {}).get("process") or {}
@@ -97,8 +96,8 @@ def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], rou
     with db.session() as s:
         call = None
         if proposal.prompt is not None or proposal.response is not None:
-            call = LLMCall(run_id=run_id, round=round_number(round_index), proposer=proposal.proposer, model=proposal.model,
-                           base_url=proposal.base_url,
+            call = LLMCall(run_id=run_id, round=round_number(round_index), proposer=proposal.proposer,
+                           model=proposal.model, base_url=proposal.base_url,
                            template=proposal.template, prompt=proposal.prompt, response=proposal.response,
                            outcome="ok" if proposal.source else NO_CODE, error=proposal.error,
                            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,

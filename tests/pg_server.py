@@ -39,7 +39,7 @@ def _pg_bin_dir() -> str | None:
     return str(Path(versions[-1]).parent) if versions else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -61,6 +61,18 @@ class PgServer:
                               capture_output=True, text=True, timeout=120, cwd=self.root, **self.run_as)
 
     def start(self) -> None:
+        """Make the cluster on the first start; start the server."""
+        if not (self.root / "data").exists():
+            self._init()
+        # fsync off: a throwaway cluster need not survive a power cut, and tests run faster
+        options = f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} " \
+                  "-c fsync=off -c max_connections=200"
+        started = self._ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o", options, "start", check=False)
+        if started.returncode != 0:
+            log = (self.root / "server.log").read_text() if (self.root / "server.log").exists() else ""
+            raise RuntimeError(f"pg_ctl start failed: {started.stderr.strip()}\n{log[-2000:]}")
+
+    def _init(self) -> None:
         password_file = self.root / "password"
         password_file.write_text(PG_PASSWORD)
         if self.run_as:
@@ -70,13 +82,6 @@ class PgServer:
                         f"--pwfile={password_file}", "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C",
                         "--no-sync"], check=True, capture_output=True, text=True, timeout=300, cwd=self.root,
                        **self.run_as)
-        # fsync off: a throwaway cluster need not survive a power cut, and tests run faster
-        options = f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} " \
-                  "-c fsync=off -c max_connections=200"
-        started = self._ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o", options, "start", check=False)
-        if started.returncode != 0:
-            log = (self.root / "server.log").read_text() if (self.root / "server.log").exists() else ""
-            raise RuntimeError(f"pg_ctl start failed: {started.stderr.strip()}\n{log[-2000:]}")
 
     def stop(self) -> None:
         self._ctl("-m", "immediate", "stop", check=False)
@@ -107,7 +112,7 @@ def pg_server():
             pytest.skip("running as root, and there is no postgres or nobody user to run PostgreSQL as")
         entry = pwd.getpwnam(account)
         run_as = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
-    server = PgServer(bin_dir=bin_dir, root=Path(tempfile.mkdtemp(prefix="kgen-pg-")), port=_free_port(),
+    server = PgServer(bin_dir=bin_dir, root=Path(tempfile.mkdtemp(prefix="kgen-pg-")), port=free_port(),
                       run_as=run_as)
     try:
         server.start()

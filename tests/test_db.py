@@ -92,8 +92,9 @@ def test_a_nul_character_in_a_message_does_not_stop_the_store(any_db):
     cid = _propose(db, _run(db), 0)
     store.add_evaluation(db, cid, EvalResult(outcome="runtime_error", device="cpu", size="small",
                                              message="printed \x00 then crashed"))
+    kept = "printed \ufffd then crashed" if any_db.startswith("postgresql") else "printed \x00 then crashed"
     with db.reader() as s:
-        assert s.scalars(select(Evaluation.message)).one() in ("printed \x00 then crashed", "printed \ufffd then crashed")
+        assert s.scalars(select(Evaluation.message)).one() == kept
 
 
 def test_a_read_only_db_takes_no_writes(any_db):
@@ -170,7 +171,8 @@ def test_an_empty_file_holds_no_results_for_a_reader_and_becomes_a_db_for_a_writ
 @pytest.mark.parametrize("url,shown", [
     ("postgresql://kgen:hunter2@db.example:5432/results", "postgresql://kgen:***@db.example:5432/results"),
     ("postgresql+psycopg://u:p%40ss@h/d", "postgresql+psycopg://u:***@h/d"),
-    ("postgresql://h/d?user=u&password=hunter2&sslmode=require", "postgresql://h/d?user=u&password=***&sslmode=require"),
+    ("postgresql://h/d?user=u&password=hunter2&sslmode=require",
+     "postgresql://h/d?user=u&password=***&sslmode=require"),
     ("mysql://root:pw:with:colons@h/d", "mysql://root:***@h/d"),
     ("postgresql://kgen@h/d", "postgresql://kgen@h/d"),
     ("sqlite:////home/me/results.db", "sqlite:////home/me/results.db"),

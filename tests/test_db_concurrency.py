@@ -68,7 +68,8 @@ def schema_1_url(request, tmp_path):
     upgrade_to(url, "0001")
     with create_engine(db_url(url)).begin() as conn:
         conn.execute(text("INSERT INTO candidates (id, round, problem, source, source_hash, language, parent_ids, "
-                          "proposer, created_at) VALUES (1, 0, 'softmax', 'a', 'ha', 'triton', '[]', 'offline', now())"))
+                          "proposer, created_at) VALUES "
+                          "(1, 0, 'softmax', 'a', 'ha', 'triton', '[]', 'offline', now())"))
     return url
 
 

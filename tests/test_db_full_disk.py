@@ -58,7 +58,7 @@ def test_a_full_disk_stops_the_search_in_one_line_and_resume_finishes_it(small_d
     assert "Traceback" not in err
     [line] = [line for line in err.splitlines() if line.startswith("kgen:")]
     assert line.startswith(f"kgen: error: cannot write to the results DB sqlite:///{db}: database or disk is full; "
-                           "run 1 stopped, and `kgen search --resume 1` continues it once the DB can be written")
+                           "run 1 stopped, and `kgen search --resume 1` continues it once the DB can be used again")
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     assert rows(db, "SELECT id, candidate_id, outcome, created_at FROM evaluations ORDER BY id")[:len(before)] == before

@@ -7,7 +7,6 @@ import re
 import sqlite3
 from pathlib import Path
 
-import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -99,7 +98,8 @@ def test_a_baseline_postgresql_db_upgrades_and_keeps_its_rows(pg_server):
     with create_engine(db_url(url)).begin() as conn:
         conn.execute(text("INSERT INTO runs (id, problem, problem_path, problem_hash, size, proposer, language, seed, "
                           "rounds_planned, rounds_done, candidates_per_round, settings, status, created_at) VALUES "
-                          "(1, 'softmax', '/p', 'h', 'small', 'openai', 'triton', 0, 2, 2, 1, '{}', 'finished', now())"))
+                          "(1, 'softmax', '/p', 'h', 'small', 'openai', 'triton', 0, 2, 2, 1, '{}', 'finished', "
+                          "now())"))
         conn.execute(text("INSERT INTO llm_calls (id, run_id, round, proposer, outcome, attempts, created_at) "
                           "VALUES (1, 1, 0, 'openai', 'ok', 1, now())"))
         conn.execute(text("INSERT INTO candidates (id, run_id, round, problem, source, source_hash, language, "
@@ -123,9 +123,9 @@ def test_read_commands_never_migrate_and_kgen_migrate_does(tmp_path):
     before = path.read_bytes()
     board = run_kgen("leaderboard", "--db", str(path))
     assert board.returncode == 2 and board.stdout == ""
-    assert board.stderr.strip() == (f"kgen: error: database sqlite:///{path} has schema version 1, older than this "
-                                    f"kgen's ({SCHEMA_VERSION}); `kgen migrate` with the same --db upgrades it (so does "
-                                    "any command that writes)")
+    assert board.stderr.strip() == (
+        f"kgen: error: database sqlite:///{path} has schema version 1, older than this kgen's ({SCHEMA_VERSION}); "
+        "`kgen migrate` with the same --db upgrades it (so does any command that writes)")
     assert path.read_bytes() == before
 
     migrated = run_kgen("migrate", "--db", str(path))
