@@ -224,7 +224,7 @@ def leaderboard_cmd(
 
     if fmt not in lb.FORMATS:
         raise KgenError(f"unknown format '{fmt}' (choose {', '.join(lb.FORMATS)})")
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
     finally:
@@ -251,7 +251,7 @@ def show_cmd(candidate_id: int = typer.Argument(..., help="the candidate id (see
     from kgen import leaderboard as lb
     from kgen.db import open_db
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         detail = lb.candidate_detail(database, candidate_id)
     finally:
@@ -271,7 +271,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", help
     from kgen import leaderboard as lb
     from kgen.db import open_db
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         rows = lb.run_rows(database, problem=problem)
     finally:
@@ -308,7 +308,7 @@ def export_cmd(
     from kgen.db import open_db
     from kgen.export import export_candidate
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         written = export_candidate(database, target, out, with_test=with_test)
     finally:
@@ -328,12 +328,24 @@ def report_cmd(
     from kgen.db import open_db
     from kgen.report import write_report
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         path = write_report(database, out, problem=problem, run_id=run)
     finally:
         database.close()
     console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command("migrate")
+def migrate_cmd(db: Optional[str] = DbOption) -> None:
+    """Upgrade a results DB written by an older kgen to this kgen's schema (commands that write do it on
+    their own; commands that only read never change the DB)."""
+    from kgen.db import SCHEMA_VERSION, open_db
+
+    database = open_db(db, create=False)
+    database.close()
+    console.print(f"{database.url}: schema version {SCHEMA_VERSION}, this kgen's", highlight=False, markup=False,
+                  soft_wrap=True)
 
 
 @app.command("bench")

@@ -25,10 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-from sqlalchemy import func, select
-
 from kgen import store
-from kgen.db import Candidate, Database, LLMCall, Run, open_db
+from kgen.db import Database, DatabaseUnavailableError, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
@@ -148,32 +146,15 @@ def make_proposer(config: SearchConfig, problem: Problem):
 
 def load_run(db: Database, run_id: int) -> tuple[SearchConfig, Run]:
     """The configuration of a run to resume, or a one-line KgenError saying why it cannot be."""
-    with db.reader() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise KgenError(f"no run {run_id} in {db.url}")
-        if run.status == "finished":
-            raise KgenError(f"run {run_id} is already finished ({run.rounds_done} of {run.rounds_planned} rounds)")
-        s.expunge(run)
+    run = store.get_run(db, run_id)
+    if run is None:
+        raise KgenError(f"no run {run_id} in {db.url}")
+    if run.status == "finished":
+        raise KgenError(f"run {run_id} is already finished ({run.rounds_done} of {run.rounds_planned} rounds)")
     config = SearchConfig.from_settings(dict(run.settings or {}))
     if not config.problem:
         raise KgenError(f"run {run_id} holds no search settings to resume from")
     return config, run
-
-
-def _round_candidates(db: Database, run_id: int, round_index: int) -> list[tuple[int, str]]:
-    with db.reader() as s:
-        rows = s.execute(select(Candidate.id, Candidate.source).where(
-            Candidate.run_id == run_id, Candidate.round == round_index).order_by(Candidate.id))
-        return [(cid, source) for cid, source in rows]
-
-
-def _tokens(db: Database, run_id: int) -> tuple[int, int]:
-    with db.reader() as s:
-        tokens_in, tokens_out = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
-                                                 func.coalesce(func.sum(LLMCall.tokens_out), 0))
-                                          .where(LLMCall.run_id == run_id)).one()
-    return int(tokens_in), int(tokens_out)
 
 
 class Search:
@@ -305,8 +286,7 @@ class Search:
         else:
             store.set_run_status(self.db, self.run_id, "running")
         store.set_run_process(self.db, self.run_id)
-        with self.db.reader() as s:
-            return s.get(Run, self.run_id).rounds_done
+        return store.get_run(self.db, self.run_id).rounds_done
 
     def _round_jobs(self, round_index: int, device: str):
         """This round's candidates to evaluate: new proposals, each stored first; or, for a round a
@@ -314,7 +294,7 @@ class Search:
         from kgen.history import build_history
         from kgen.workers import Job
 
-        stored = _round_candidates(self.db, self.run_id, round_index)
+        stored = store.round_candidates(self.db, self.run_id, round_index)
         if stored:
             evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
             jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
@@ -339,14 +319,12 @@ class Search:
             self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile)
 
     def summary(self, status: str, timed: bool = True) -> SearchSummary:
-        with self.db.reader() as s:
-            run = s.get(Run, self.run_id)
-            rounds_done, rounds_planned, device = run.rounds_done, run.rounds_planned, run.device or "-"
-            candidates = s.scalar(select(func.count()).select_from(Candidate).where(Candidate.run_id == self.run_id))
+        run = store.get_run(self.db, self.run_id)
         correct = store.correct_candidates(self.db, run_id=self.run_id)
-        tokens_in, tokens_out = _tokens(self.db, self.run_id)
-        summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=device,
-                                rounds_done=rounds_done, rounds_planned=rounds_planned, candidates=candidates or 0,
+        tokens_in, tokens_out = store.run_tokens(self.db, self.run_id)
+        summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=run.device or "-",
+                                rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
+                                candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 wall_s=time.monotonic() - self.started, timed=timed)
         if correct:  # fastest first; untimed (no GPU): the first found
@@ -404,10 +382,16 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     except BaseException as e:
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            store.set_run_status(search.db, search.run_id, status)
+            try:
+                store.set_run_status(search.db, search.run_id, status)
+            except DatabaseUnavailableError:
+                pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):
                 progress.note(f"interrupted: run {search.run_id} marked interrupted; "
                               f"`kgen search --resume {search.run_id}` continues it")
+            if isinstance(e, DatabaseUnavailableError):
+                raise DatabaseUnavailableError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "
+                                               f"{search.run_id}` continues it once the DB can be used again") from e
         raise
     finally:
         progress.close()

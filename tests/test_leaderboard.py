@@ -35,7 +35,7 @@ def test_default_board_is_the_best_correct_candidate_per_problem_device_and_size
     ]
     best = rows[1]
     assert best.runtime_ms == 0.81 and best.speedup_eager == pytest.approx(1.62 / 0.81)
-    assert best.round == 2 and best.proposer == "offline" and best.rtol == 1e-5
+    assert best.round == 3 and best.proposer == "offline" and best.rtol == 1e-5
 
 
 def test_all_lists_every_correct_candidate_fastest_first_and_never_a_suspicious_one(results):

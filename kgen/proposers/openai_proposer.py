@@ -221,7 +221,7 @@ class OpenAIProposer:
     def _check_templates(self) -> None:
         """Render every template once, with a candidate and a failure in the history, so that a user
         template's undefined variable stops the search before its first request."""
-        sample = ScoredCandidate(id=0, run_id=None, round=0, source="class ModelNew: ...", language="triton",
+        sample = ScoredCandidate(id=0, run_id=None, round=1, source="class ModelNew: ...", language="triton",
                                  idea="an idea", proposer="openai", parent_ids=[], outcome="correct", message="",
                                  runtime_ms=1.0, speedup_eager=1.0, speedup_compile=1.0, roofline_pct=50.0,
                                  device="cpu", torch_ops=[])
@@ -360,7 +360,7 @@ class OpenAIProposer:
                      f"repair of candidate #{f.id} ({f.outcome})") for f in targets[:n_repair]]
         if len(jobs) < n:
             propose = _Job("propose", self.renderer.messages("propose.j2", context), [c.id for c in history.best],
-                           f"openai proposal, round {round_index}")
+                           f"openai proposal, round {round_index + 1}")
             jobs += [propose] * (n - len(jobs))
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
