@@ -287,6 +287,9 @@ class Search:
                 if event.kind == "timing":
                     timing.add(event.candidate_id)
                     self.progress.timing(event.candidate_id)
+                elif event.kind == "requeued":  # its worker or node died (or kgen's harness failed): again
+                    self.progress.requeued(event.candidate_id, event.note, event.candidate_id in timing)
+                    timing.discard(event.candidate_id)
                 else:
                     store.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
@@ -385,7 +388,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         finally:
             database.close()
 
-    from kgen import workers
+    from kgen import cluster as ray_cluster
 
     run_id = None
     if resume_run_id is not None:
@@ -398,8 +401,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     progress = progress or SearchProgress()
     search = Search(db, config, problem, proposer, progress, run_id=run_id)
     try:
-        cluster = workers.connect(ray_address)
-        return search.run(cluster)
+        return search.run(ray_cluster.connect(ray_address))
     except BaseException as e:
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
@@ -410,4 +412,4 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         raise
     finally:
         progress.close()
-        workers.shutdown()
+        ray_cluster.shutdown()
