@@ -129,19 +129,24 @@ class Stages:
     has the resource it needs); it gets no new candidate until it answers a ping again (a task sent
     to a restarting actor would fail, and the candidate with it)."""
 
+    # What each stage runs: `compile_function(problem_path, size, source, settings)` and the evaluator
+    # actor class (`evaluate(source, settings)`, `device()`); tests put stand-ins here.
+    compile_function = staticmethod(_compile)
+    evaluator_class = _Evaluator
+
     def __init__(self, cluster: Cluster, problem_path: str, size: str):
         import ray
 
         self.problem_path = problem_path
         self.size = size
         # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
-        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(_compile)
-        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
+        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
+        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
         self._actor_options = cluster.placement.actor_options
         self.actors = [self._new_actor() for _ in range(cluster.placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
-        self._free = list(range(len(self.actors)))
-        self._pings: dict = {}  # ping ref -> actor index, for actors coming back from a death
+        self._free: list[int] = []  # actors that answered their ping and have no candidate
+        self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
         self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
         self._compiling: dict = {}  # compile task ref -> (job, settings)
         self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
@@ -149,6 +154,8 @@ class Stages:
         self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
+        for index in range(len(self.actors)):
+            self._ping(index)  # free once it answers, and then its node is known
 
     def _new_actor(self):
         return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
@@ -164,7 +171,8 @@ class Stages:
         self._actor_nodes[0] = device.node_id
         return device
 
-    def _recover(self, index: int) -> None:
+    def _ping(self, index: int) -> None:
+        """Ask the actor where it runs; it takes candidates again once it answers (see _pinged)."""
         self._pings[self.actors[index].device.remote()] = index
 
     def _pinged(self, ref) -> None:
@@ -181,7 +189,7 @@ class Stages:
             return
         except RayError:
             self.actors[index] = self._new_actor()
-            self._recover(index)
+            self._ping(index)
             return
         self._free.append(index)
 
@@ -289,10 +297,9 @@ class Stages:
             result = ray.get(ref)
         except RayError as e:
             self._raise_if_kgens_own(e)
-            self._recover(index)
+            self._ping(index)
             return self._worker_died(job, settings, "evaluation", e, self._actor_nodes[index])
         self._free.append(index)
-        self._actor_nodes[index] = result.details.get("nodes", {}).get("evaluation", {}).get("node_id")
         if (result.outcome == Outcome.HARNESS_ERROR.value
                 and self._tries(job.candidate_id, "harness_error") < MAX_HARNESS_RETRIES):
             return self._requeue(job, settings, "evaluation", "harness_error", result.message.strip()[:300],
@@ -315,7 +322,7 @@ class Stages:
         now = time.monotonic()
         for when, index in [p for p in self._ping_later if p[0] <= now]:
             self._ping_later.remove((when, index))
-            self._recover(index)
+            self._ping(index)
         waiting = list(self._compiling) + list(self._timing) + list(self._pings)
         if not waiting:
             time.sleep(min(timeout_s, 0.2))
@@ -336,7 +343,7 @@ class Stages:
             if now - started > limit_s:
                 del self._timing[ref]
                 ray.kill(self.actors[index], no_restart=False)
-                self._recover(index)
+                self._ping(index)
                 events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
                     outcome="timeout", device=settings.device, size=settings.size,
                     message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
