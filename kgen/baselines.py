@@ -50,10 +50,11 @@ def _cached(db: Database, problem: Problem, device_name: str, torch_version: str
             Baseline.triton_version == triton_version)).first()
 
 
-def get_baselines(db: Database, problem: Problem, device: str) -> Optional[tuple[Optional[float], Optional[float],
-                                                                           Optional[float]]]:
+def get_baselines(db: Database, problem: Problem, device: str, max_autotune: bool = True,
+                  ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
-    name), from the DB or measured now and stored; None on the CPU (no times are claimed there)."""
+    name), from the DB or measured now and stored; None on the CPU (no times are claimed there).
+    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached."""
     device_name = _device_key(device)
     if device_name is None:
         return None
@@ -62,7 +63,8 @@ def get_baselines(db: Database, problem: Problem, device: str) -> Optional[tuple
     torch_version, triton_version = torch.__version__, _version("triton")
     row = _cached(db, problem, device_name, torch_version, triton_version)
     if row is None:
-        job = {"mode": "baseline", "problem_path": str(problem.path), "size": problem.size, "device": "cuda"}
+        job = {"mode": "baseline", "problem_path": str(problem.path), "size": problem.size, "device": "cuda",
+               "max_autotune": max_autotune}
         run = run_worker(job, BASELINE_TIMEOUT_S, "cuda")
         if run.result is None or run.result.get("outcome") == "runtime_error":
             return None

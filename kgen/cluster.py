@@ -160,11 +160,25 @@ def _check_token(address: str) -> None:
         return
 
 
-def connect(address: Optional[str] = None) -> Cluster:
-    """Start a local Ray cluster (address None) or join one ('auto', 'HOST:PORT', 'ray://HOST:PORT')."""
+def check_gpu_count(num_gpus: int, address: Optional[str] = None) -> None:
+    """A local cluster can use 1 to all of this machine's GPUs; a joined cluster has its own."""
+    import torch
+
+    if address:
+        raise KgenError("a GPU count is for a local cluster; a cluster joined with --ray-address has its own")
+    if not 1 <= num_gpus <= torch.cuda.device_count():
+        raise KgenError(f"cannot use {num_gpus} GPU(s): this machine has {torch.cuda.device_count()}")
+
+
+def connect(address: Optional[str] = None, num_gpus: Optional[int] = None) -> Cluster:
+    """Start a local Ray cluster (address None) or join one ('auto', 'HOST:PORT', 'ray://HOST:PORT').
+    `num_gpus`: a local cluster that uses only the first this many of this machine's GPUs (kgen bench's
+    GPU scaling runs)."""
     import ray
     from ray.exceptions import AuthenticationError
 
+    if num_gpus is not None:
+        check_gpu_count(num_gpus, address)
     if address:
         _check_reachable(address)
         _check_token(address)
@@ -175,7 +189,7 @@ def connect(address: Optional[str] = None) -> Cluster:
         if address:
             ray.init(address=address, **kwargs)
         else:  # "local": a new cluster even where `ray start` left one recorded (perhaps dead) on this machine
-            ray.init(address="local", include_dashboard=False, **kwargs)
+            ray.init(address="local", include_dashboard=False, num_gpus=num_gpus, **kwargs)
     except AuthenticationError as e:
         raise KgenError(f"the Ray cluster at {address} refused this machine's token ({str(e).splitlines()[0]}); "
                         f"{TOKEN_HELP}") from None

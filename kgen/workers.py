@@ -82,8 +82,11 @@ class _Evaluator:
 
         from kgen.evaluate import evaluate_candidate
 
+        started = time.time()
         result = evaluate_candidate(_load(self.problem_path, self.size), source, settings)
-        result.details.setdefault("nodes", {})["evaluation"] = dict(where_am_i(), gpus=list(map(str, ray.get_gpu_ids())))
+        # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
+        result.details.setdefault("nodes", {})["evaluation"] = dict(
+            where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
 
     def device(self) -> Device:
@@ -365,6 +368,14 @@ class Stages:
         self._compiled.clear()
         self._nodes.clear()
         self._requeued.clear()
+
+    def close(self) -> None:
+        """The search is over: drop what is in flight and let the evaluators go, so a next search on the
+        same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
+        worker processes stopped), once its current task, if any, ends."""
+        self.cancel()
+        for actor in self.actors:
+            actor.__ray_terminate__.remote()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""
