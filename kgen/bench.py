@@ -8,9 +8,9 @@ problem's rows are handed to `on_problem` and bench.md / bench.json rewritten as
 ends, so a run cut off by a deadline still leaves every finished problem's results.
 
 The searches share one Ray cluster. With several GPU counts (`gpu_counts=(1, 2)`) the problem set runs
-once per count, each on a fresh local cluster using the first that many GPUs and a fresh Triton
-cache (so no count inherits compiled kernels from another), and a scaling table compares their
-evaluation rates.
+once per count, each on a fresh local cluster using the first that many GPUs, with a DB and caches
+of its own (so no count inherits another's candidates or compiled kernels), and a scaling table
+compares their evaluation rates.
 
 The default budget (five problems, 2 rounds of 2 Triton candidates, eager and torch.compile
 baselines; max-autotune on request) is sized to end in under 300 s on an H100 with a fresh DB, from
@@ -41,6 +41,8 @@ from kgen.errors import KgenError
 from kgen.store import correct_candidates
 
 DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
+# The caches each GPU-count pass gets afresh (environment variable -> folder under --out).
+PASS_CACHES = {"KGEN_CACHE_DIR": "kgen-cache", "TRITON_CACHE_DIR": "triton-cache"}
 
 
 @dataclass
@@ -313,15 +315,17 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
     quality: list[QualityRow] = []
     throughput: list[ThroughputRow] = []
     passes: dict[Optional[int], list[ThroughputRow]] = {}
-    triton_cache = os.environ.get("TRITON_CACHE_DIR")
+    saved_env = {name: os.environ.get(name) for name in PASS_CACHES}
     try:
         for gpus in gpu_counts:
             # A pass of its own: its own DB (the offline proposer skips any source a DB has seen, so a
-            # shared one would give later passes other candidates) and Triton cache (Ray's workers
-            # inherit this environment), so every pass does the same work from the same cold start.
+            # shared one would give later passes other candidates) and caches (kgen's builds, Triton's
+            # kernels; the local cluster's workers inherit this environment), so every pass does the
+            # same work from the same cold start.
             database = open_db(db or str(out_dir / ("bench.db" if gpus is None else f"bench-{gpus}gpu.db")))
             if gpus is not None:
-                os.environ["TRITON_CACHE_DIR"] = str((out_dir / f"triton-cache-{gpus}gpu").absolute())
+                for name, folder in PASS_CACHES.items():
+                    os.environ[name] = str((out_dir / f"{folder}-{gpus}gpu").absolute())
             try:
                 cluster = ray_cluster.connect(ray_address, num_gpus=gpus)
                 for problem in problems:
@@ -338,10 +342,11 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
                 ray_cluster.shutdown()
                 database.close()
     finally:
-        if triton_cache is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = triton_cache
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     scaling = scaling_rows(passes) if len(gpu_counts) > 1 else []
     path = write_report(out_dir, quality, throughput, header, scaling)
     return path, path.read_text()

@@ -153,7 +153,9 @@ def search_cmd(
     proposer: Optional[str] = typer.Option(None, "--proposer", help="openai | offline | replay (default: openai when an endpoint is configured, else offline)"),
     language: str = typer.Option("any", "--language", help="triton | cuda | any"),
     size: Optional[str] = typer.Option(None, "--size", help="full | small (default: full with a GPU, small without)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join a Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join a Ray cluster (auto, HOST:PORT, ray://HOST:PORT; "
+                                              "with RAY_AUTH_MODE=token and its token: README, Running on a Ray cluster); "
+                                              "default: start a local one"),
     db: Optional[str] = DbOption,
     seed: int = typer.Option(0, "--seed"),
     resume: Optional[int] = typer.Option(None, "--resume", help="continue run RUN_ID with its own settings"),

@@ -221,7 +221,7 @@ class Search:
     def run(self, cluster) -> SearchSummary:
         from kgen.workers import Stages
 
-        stages = Stages(cluster, str(self.problem.path), self.problem.size)
+        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         device = stages.device()
         settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch

@@ -21,12 +21,15 @@ Python: on a local cluster that is this checkout; on another cluster, each node'
 from __future__ import annotations
 
 import functools
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Optional
 
 from kgen.cluster import Cluster, where_am_i
+from kgen.errors import KgenError
 from kgen.records import EvalResult, EvalSettings, Outcome
 
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
@@ -38,21 +41,36 @@ MAX_REQUEUES = 2
 MAX_HARNESS_RETRIES = 1
 
 
+def problem_ref(problem_path: str) -> str:
+    """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
+    wherever kgen is installed there), any other problem's path (which every node must be able to read)."""
+    from kgen.resources import problems_dir
+
+    path = Path(problem_path).resolve()
+    return path.stem if path.parent == problems_dir().resolve() else str(path)
+
+
 @functools.lru_cache(maxsize=4)
-def _load(problem_path: str, size: str):
+def _load(problem: str, size: str, source_hash: Optional[str] = None):
+    """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
+    file) stops the search with one line rather than judge candidates against another reference."""
     from kgen.problems import load_problem
 
-    return load_problem(problem_path, size)
+    loaded = load_problem(problem, size)
+    if source_hash is not None and loaded.source_hash != source_hash:
+        raise KgenError(f"the problem file {loaded.path} on {socket.gethostname()} differs from the driver's: "
+                        "install the same kgen on every Ray node (and keep problem files the same)")
+    return loaded
 
 
-def _compile(problem_path: str, size: str, source: str,
+def _compile(problem: str, size: str, source_hash: str, source: str,
              settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
     """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
     the node it ran on)."""
     from kgen.evaluate import prebuild
 
     info: dict = {}
-    return prebuild(_load(problem_path, size), source, settings, info), info, where_am_i()
+    return prebuild(_load(problem, size, source_hash), source, settings, info), info, where_am_i()
 
 
 @dataclass(frozen=True)
@@ -69,10 +87,9 @@ class Device:
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
-    def __init__(self, problem_path: str, size: str):
-        self.problem_path = problem_path
-        self.size = size
-        _load(problem_path, size)
+    def __init__(self, problem: str, size: str, source_hash: str):
+        self.problem = (problem, size, source_hash)
+        _load(*self.problem)
         from kgen.sandbox import keep_spare_workers
 
         keep_spare_workers()  # the next candidate's process imports torch while this one runs
@@ -83,7 +100,7 @@ class _Evaluator:
         from kgen.evaluate import evaluate_candidate
 
         started = time.time()
-        result = evaluate_candidate(_load(self.problem_path, self.size), source, settings)
+        result = evaluate_candidate(_load(*self.problem), source, settings)
         # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
@@ -132,16 +149,16 @@ class Stages:
     has the resource it needs); it gets no new candidate until it answers a ping again (a task sent
     to a restarting actor would fail, and the candidate with it)."""
 
-    # What each stage runs: `compile_function(problem_path, size, source, settings)` and the evaluator
-    # actor class (`evaluate(source, settings)`, `device()`); tests put stand-ins here.
+    # What each stage runs: `compile_function(problem, size, source_hash, source, settings)` and the
+    # evaluator actor class (`(problem, size, source_hash)`, `evaluate(source, settings)`, `device()`);
+    # tests put stand-ins here.
     compile_function = staticmethod(_compile)
     evaluator_class = _Evaluator
 
-    def __init__(self, cluster: Cluster, problem_path: str, size: str):
+    def __init__(self, cluster: Cluster, problem_path: str, size: str, source_hash: Optional[str] = None):
         import ray
 
-        self.problem_path = problem_path
-        self.size = size
+        self.problem = (problem_ref(problem_path), size, source_hash)
         # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
         self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
@@ -161,7 +178,7 @@ class Stages:
             self._ping(index)  # free once it answers, and then its node is known
 
     def _new_actor(self):
-        return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
+        return self._actor_class.options(**self._actor_options).remote(*self.problem)
 
     @property
     def evaluator_count(self) -> int:
@@ -205,10 +222,12 @@ class Stages:
         if isinstance(error, RayTaskError):
             if isinstance(error.cause, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
+            if isinstance(error.cause, KgenError):  # bad input met on a node (say, its problem file differs)
+                raise error.cause from None
             raise error
 
     def _send_to_compile(self, job: Job, settings: EvalSettings) -> None:
-        ref = self._compile_task.remote(self.problem_path, self.size, job.source, settings)
+        ref = self._compile_task.remote(*self.problem, job.source, settings)
         self._compiling[ref] = (job, settings)
 
     def _tries(self, candidate_id: int, kind: str) -> int:

@@ -52,6 +52,27 @@ def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
     assert (placement.count, placement.actor_options) == (count, options)
 
 
+def test_workers_load_a_bundled_problem_by_name_and_any_other_by_path(tmp_path):
+    from kgen.problems import resolve_problem_path
+    from kgen.workers import problem_ref
+
+    own = tmp_path / "my_problem.py"
+    own.write_text("")
+    # by name: each node finds its own install's copy, wherever kgen is installed there
+    assert problem_ref(str(resolve_problem_path("softmax"))) == "softmax"
+    assert problem_ref(str(own)) == str(own.resolve())
+
+
+def test_a_node_whose_problem_file_differs_from_the_drivers_stops_the_search():
+    from kgen.errors import KgenError
+    from kgen.problems import load_problem
+    from kgen.workers import _load
+
+    assert _load("softmax", "small", load_problem("softmax", "small").source_hash).name == "softmax"
+    with pytest.raises(KgenError, match="differs from the driver's: install the same kgen on every Ray node"):
+        _load("softmax", "small", "0123456789abcdef")
+
+
 # --- the stages when workers die (local Ray, stand-in evaluation) ---------------------------------
 
 def _attempt(plan: dict, stage: str) -> int:
@@ -62,7 +83,7 @@ def _attempt(plan: dict, stage: str) -> int:
     return n
 
 
-def _compile_stand_in(problem_path, size, source, settings):
+def _compile_stand_in(problem, size, source_hash, source, settings):
     """The compile stage, as a task whose worker dies (os._exit) the first `compile_deaths` times."""
     import ray
 
@@ -76,7 +97,7 @@ class _EvaluatorStandIn:
     """An evaluator whose worker dies the first `eval_deaths` times, then returns `harness_error` the next
     `harness_errors` times (kgen's fault, as the judge reports it), then `correct`."""
 
-    def __init__(self, problem_path, size):
+    def __init__(self, problem, size, source_hash):
         pass
 
     def device(self):
