@@ -207,11 +207,12 @@ def _f(v: Optional[float], fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-QUALITY_HEADER = ("| problem | eager ms | torch.compile ms | max-autotune ms | floor ms | kgen ms | vs eager | vs compile "
-                  "| vs max-autotune | % roofline | best id | language |\n"
+QUALITY_HEADER = ("| problem | eager ms | torch.compile ms | max-autotune ms | floor ms | kgen ms | vs eager "
+                  "| vs compile | vs max-autotune | % roofline | best id | language |\n"
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-THROUGHPUT_HEADER = ("| problem | run | GPUs | evaluated | correct | wall s | evaluated/min | per GPU-hour | GPU busy | "
-                     "of which timing | GPU eval s (median) | compile s (median) | startup s | bench elapsed s |\n"
+THROUGHPUT_HEADER = ("| problem | run | GPUs | evaluated | correct | wall s | evaluated/min | per GPU-hour "
+                     "| GPU busy | of which timing | GPU eval s (median) | compile s (median) | startup s "
+                     "| bench elapsed s |\n"
                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 SCALING_HEADER = ("| GPUs | evaluated | evaluation span s | wall s | per hour (span) | per hour (wall) | vs first |\n"
                   "| --- | --- | --- | --- | --- | --- | --- |")

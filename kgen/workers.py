@@ -14,8 +14,9 @@ says the workers kept dying. A `harness_error` result (kgen's own fault) is eval
 same way. Each result records in `details["nodes"]` the Ray node of its compile and of its
 evaluation, and in `details["requeued"]` every attempt that did not finish.
 
-Workers load the problem from its path, not from a pickled module, and import kgen from their own
-Python: on a local cluster that is this checkout; on another cluster, each node's own install.
+Workers import kgen from their own Python (on a local cluster, this checkout; on another cluster,
+each node's own install) and load the problem themselves, not from a pickled module: a bundled
+problem by name, any other by its path (see problem_ref), checked against the driver's copy.
 """
 
 from __future__ import annotations

@@ -317,8 +317,8 @@ def cluster(tmp_path_factory) -> RayCluster:
         return node
 
     try:
-        head = RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false", *common],
-                             env, home / "head.log")
+        head = RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
+                              *common], env, home / "head.log")
         nodes.append(head)
         gpu_node = add_node("gpu_node", 2, {EVALUATOR_RESOURCE: 1})
         yield RayCluster(address, env, head, gpu_node, add_node, nodes)
