@@ -382,8 +382,8 @@ def test_a_node_killed_mid_run_loses_nothing_and_its_candidates_are_requeued(clu
             break
         time.sleep(0.2)
     unfinished = sum(outcome is None for _, outcome, _ in evaluations)
-    # one may be on the other evaluator; the rest wait for an evaluator, and the doomed one is free
-    assert unfinished >= 3, f"the doomed node finished its first candidate too late to test anything: {evaluations}"
+    # at most one of them is on the other evaluator, so the doomed one, free again, has taken another
+    assert unfinished >= 2, f"the doomed node finished its first candidate too late to test anything: {evaluations}"
     doomed.kill()
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
