@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -284,8 +284,7 @@ class RayCluster:
     env: dict  # what a process joining the cluster needs: RAY_AUTH_MODE=token and the token's file
     head: RayNode
     gpu_node: RayNode
-    add_node: Callable[..., RayNode]
-    nodes: list = field(default_factory=list)
+    add_node: Callable[..., RayNode]  # (name, cpus, resources): another node, stopped with the cluster
 
 
 def _free_port() -> int:
@@ -321,7 +320,7 @@ def cluster(tmp_path_factory) -> RayCluster:
                               *common], env, home / "head.log")
         nodes.append(head)
         gpu_node = add_node("gpu_node", 2, {EVALUATOR_RESOURCE: 1})
-        yield RayCluster(address, env, head, gpu_node, add_node, nodes)
+        yield RayCluster(address, env, head, gpu_node, add_node)
     finally:
         for node in reversed(nodes):
             node.stop()
