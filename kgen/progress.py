@@ -141,6 +141,13 @@ class SearchProgress:
         self.counts.compiling = max(0, self.counts.compiling - 1)
         self.counts.timing += 1
 
+    def requeued(self, candidate_id: int, note: str, was_timing: bool) -> None:
+        """Back to the compile stage or the evaluator queue: counted as compiling until it is timed again."""
+        if was_timing:
+            self.counts.timing = max(0, self.counts.timing - 1)
+            self.counts.compiling += 1
+        self._line(f"  candidate {candidate_id}: {note}")
+
     def evaluated(self, candidate_id: int, result: EvalResult, was_timing: bool) -> None:
         c = self.counts
         if was_timing:

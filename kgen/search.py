@@ -57,6 +57,7 @@ class SearchConfig:
     proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
     overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
     sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
+    baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
 
     @classmethod
     def from_settings(cls, settings: dict) -> "SearchConfig":
@@ -181,8 +182,8 @@ class Search:
         if settings.device == "cpu":
             return settings, None
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
-        self.progress.note("timing the baselines (eager, torch.compile, max-autotune; cached in the DB) while the "
-                           "first candidates compile ...")
+        variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
+        self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
         thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
                                   name="kgen-baselines")
         thread.start()
@@ -192,7 +193,7 @@ class Search:
         from kgen.baselines import get_baselines
 
         try:
-            baselines = get_baselines(self.db, self.problem, device)
+            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune)
         except Exception as e:  # noqa: BLE001 - no baselines means no speedups, not a failed search
             self.progress.note(f"the baselines could not be timed ({type(e).__name__}: {e}); speedups stay empty")
             return
@@ -202,7 +203,7 @@ class Search:
     def run(self, cluster) -> SearchSummary:
         from kgen.workers import Stages
 
-        stages = Stages(cluster, str(self.problem.path), self.problem.size)
+        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         device = stages.device()
         settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
@@ -217,7 +218,7 @@ class Search:
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
-            stages.cancel()
+            stages.close()
         store.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
@@ -269,6 +270,9 @@ class Search:
                 if event.kind == "timing":
                     timing.add(event.candidate_id)
                     self.progress.timing(event.candidate_id)
+                elif event.kind == "requeued":  # its worker or node died (or kgen's harness failed): again
+                    self.progress.requeued(event.candidate_id, event.note, event.candidate_id in timing)
+                    timing.discard(event.candidate_id)
                 else:
                     store.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
@@ -350,21 +354,23 @@ def request_stop(signum=None, frame=None) -> None:
 
 def run_search(db: Database | str | None, config: Optional[SearchConfig] = None, *,
                resume_run_id: Optional[int] = None, ray_address: Optional[str] = None,
-               progress: Optional[SearchProgress] = None) -> SearchSummary:
+               progress: Optional[SearchProgress] = None, cluster=None) -> SearchSummary:
     """Run (or resume) a search to its end. `db`: an open Database, or a URL/path opened once the
-    configuration has been checked (bad input creates no file). Ctrl-C marks the run interrupted and
-    re-raises KeyboardInterrupt; any other failure marks it failed and re-raises."""
+    configuration has been checked (bad input creates no file). `cluster`: a kgen.cluster.Cluster the
+    caller connected and will shut down (kgen bench runs its searches on one); else one is started or
+    joined (`ray_address`) for this search. Ctrl-C marks the run interrupted and re-raises
+    KeyboardInterrupt; any other failure marks it failed and re-raises."""
     if not isinstance(db, Database):
         if resume_run_id is None:
             _check(config)
         database = open_db(db, create=resume_run_id is None)
         try:
             return run_search(database, config, resume_run_id=resume_run_id, ray_address=ray_address,
-                              progress=progress)
+                              progress=progress, cluster=cluster)
         finally:
             database.close()
 
-    from kgen import workers
+    from kgen import cluster as ray_cluster
 
     run_id = None
     if resume_run_id is not None:
@@ -377,8 +383,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     progress = progress or SearchProgress()
     search = Search(db, config, problem, proposer, progress, run_id=run_id)
     try:
-        cluster = workers.connect(ray_address)
-        return search.run(cluster)
+        return search.run(cluster or ray_cluster.connect(ray_address))
     except BaseException as e:
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
@@ -395,4 +400,5 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         raise
     finally:
         progress.close()
-        workers.shutdown()
+        if cluster is None:
+            ray_cluster.shutdown()
