@@ -369,10 +369,11 @@ class Stages:
                 del self._timing[ref]
                 ray.kill(self.actors[index], no_restart=False)
                 self._ping(index)
+                # the judge enforces the candidate's own limit; an evaluator silent far past it is kgen's fault
                 events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
-                    outcome="timeout", device=settings.device, size=settings.size,
-                    message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
-                            "killed and restarted"))))
+                    outcome="harness_error", device=settings.device, size=settings.size,
+                    message=f"no result from its evaluation worker after {limit_s:.0f} s (the judge enforces the "
+                            "candidate's time limit itself); the worker was killed and restarted"))))
         return events
 
     def cancel(self) -> None:

@@ -131,20 +131,15 @@ def describe(value: Any) -> dict[str, Any]:
 
 
 def poison_allocator(device, sizes_bytes: list[int]) -> None:
-    """Fill the memory the next allocations will likely get with NaN bytes, so a candidate that returns
-    uninitialized memory returns NaNs: the CUDA caching allocator's free blocks, then blocks of the
-    outputs' sizes (CPU: the malloc free lists), allocated at once, filled and freed."""
+    """Fill the memory the next allocations of the outputs' sizes will likely get with NaN bytes, so a
+    candidate that returns uninitialized memory returns NaNs: blocks of those sizes are allocated at
+    once, filled and freed (the CUDA caching allocator hands a freed block of the right size back first;
+    on the CPU, malloc's free lists do much the same). Only the outputs' sizes: poisoning every cached
+    block once doubled the runner's peak memory."""
     import torch
 
     held = []
-    sizes = list(sizes_bytes)
-    if device.type == "cuda":
-        try:
-            sizes += [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg.get("blocks", [])
-                      if b.get("state") == "inactive"]
-        except RuntimeError:
-            pass
-    for n in sorted(sizes, reverse=True):
+    for n in sorted(sizes_bytes, reverse=True):
         if n <= 0:
             continue
         try:
