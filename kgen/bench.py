@@ -170,6 +170,12 @@ def write_report(out_dir: Path, quality: list[QualityRow], throughput: list[Thro
 DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
 
 
+def parse_problems(values: Optional[list[str]]) -> list[str]:
+    """`--problems` as given (`a b`, `a,b`, or both), each once in order; none: DEFAULT_PROBLEMS."""
+    names = [name.strip() for value in values or () for name in value.split(",")]
+    return list(dict.fromkeys(n for n in names if n)) or list(DEFAULT_PROBLEMS)
+
+
 def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, out_dir: Path, db: str | None,
               language: str = "any", timeout_s: float = 300.0, quiet: bool = True,
               ray_address: Optional[str] = None) -> tuple[Path, str]:

@@ -217,14 +217,14 @@ def _function_name(problem_name: str, body: _Body) -> str:
 def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
                 rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
                 verified_doc: str, params_doc: str) -> str:
-    from kgen.leaderboard import fmt_ms, fmt_x
+    from kgen import fmt
 
     def when_ms(ms, speedup):
-        return f"{fmt_ms(ms)} ms ({fmt_x(speedup)} faster)" if ms is not None else "not timed"
+        return f"{fmt.ms(ms)} ms ({fmt.speedup(speedup)} faster)" if ms is not None else "not timed"
 
     versions = ", ".join(f"{k} {v}" for k, v in (("torch", ev.torch_version), ("triton", ev.triton_version),
                                                  ("CUDA", ev.cuda_version)) if v) or "not recorded"
-    runtime = (f"{fmt_ms(ev.runtime_ms)} ms" if ev.runtime_ms is not None
+    runtime = (f"{fmt.ms(ev.runtime_ms)} ms" if ev.runtime_ms is not None
                else "not timed (verified without a GPU, under Triton's interpreter)")
     needs = "torch and triton" if language == "triton" else "torch and a CUDA toolchain (nvcc) for load_inline"
     device_note = ("CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)" if language == "triton"

@@ -27,15 +27,19 @@ from typing import Optional
 
 from sqlalchemy import func, select
 
-from kgen import store
+from kgen import fmt, store
 from kgen.db import Candidate, Database, LLMCall, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
 from kgen.records import EvalSettings
 
-NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter (CUDA sources are only compiled); no timings "
-               "are measured, and candidates are ranked by correctness only.")
+NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are "
+               "ranked by correctness only.")
+NO_GPU_CUDA_NOTE = (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
+                    "reported not_run.")
+CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
+GPU_CANDIDATES = 8
 
 
 @dataclass
@@ -44,9 +48,9 @@ class SearchConfig:
 
     problem: str
     rounds: int = 10
-    candidates: int = 8
+    candidates: Optional[int] = None  # None: GPU_CANDIDATES with a GPU, CPU_CANDIDATES without
     proposer: Optional[str] = None  # None: proposers.default_proposer_kind()
-    language: str = "any"
+    language: Optional[str] = None  # None: any with a GPU; triton without (CUDA could only be compiled)
     size: Optional[str] = None  # None: full with a GPU, small without
     seed: int = 0
     timeout_s: float = 300.0
@@ -87,26 +91,21 @@ class SearchSummary:
     wall_s: float = 0.0
     timed: bool = True
 
-    @property
-    def export_command(self) -> Optional[str]:
-        if self.best_id is None:
-            return None
-        return f"kgen export {self.best_id} -o {self.problem}_kernel.py"
-
 
 def validate(config: SearchConfig) -> None:
-    """Bad configuration is a one-line KgenError, raised before any cluster or run exists."""
-    from kgen.proposers import LANGUAGE_CHOICES, PROPOSER_KINDS
+    """Bad configuration is a one-line KgenError, raised before any cluster or run exists. Settings
+    still None are fine: resolve_defaults fills them."""
+    from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS
 
     if config.rounds < 1:
         raise KgenError(f"--rounds must be at least 1 (got {config.rounds})")
-    if config.candidates < 1:
+    if config.candidates is not None and config.candidates < 1:
         raise KgenError(f"--candidates must be at least 1 (got {config.candidates})")
     if config.timeout_s <= 0:
         raise KgenError(f"--timeout must be positive (got {config.timeout_s})")
-    if config.proposer not in PROPOSER_KINDS:
+    if config.proposer is not None and config.proposer not in PROPOSER_KINDS:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
-    if config.language not in LANGUAGE_CHOICES:
+    if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
 
 
@@ -116,10 +115,15 @@ def resolve_defaults(config: SearchConfig) -> SearchConfig:
 
     from kgen.proposers import default_proposer_kind
 
+    gpu = torch.cuda.is_available()
     if config.proposer is None:
         config.proposer = default_proposer_kind()
     if config.size is None:
-        config.size = "full" if torch.cuda.is_available() else "small"
+        config.size = "full" if gpu else "small"
+    if config.language is None:
+        config.language = "any" if gpu else "triton"
+    if config.candidates is None:
+        config.candidates = GPU_CANDIDATES if gpu else CPU_CANDIDATES
     return config
 
 
@@ -231,7 +235,7 @@ class Search:
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
         self._seed_counts()
         if device.name == "cpu":
-            self.progress.note(NO_GPU_NOTE)
+            self.progress.note(NO_GPU_NOTE + (NO_GPU_CUDA_NOTE if self.config.language != "triton" else ""))
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -405,8 +409,8 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             store.set_run_status(search.db, search.run_id, status)
             if isinstance(e, KeyboardInterrupt):
-                progress.note(f"interrupted: run {search.run_id} marked interrupted; "
-                              f"`kgen search --resume {search.run_id}` continues it")
+                resume = fmt.command("search", "--resume", search.run_id, db=fmt.db_option(db.url))
+                progress.note(f"interrupted: run {search.run_id} marked interrupted; `{resume}` continues it")
         raise
     finally:
         progress.close()
