@@ -74,7 +74,7 @@ console = Console()
 DB_DEFAULT = "KGEN_DB, else ./results.db"
 DbOption = typer.Option(None, "--db", metavar="URL|PATH", show_default=DB_DEFAULT,
                         help="The results DB: a SQLite file or an SQLAlchemy URL.")
-WideOption = typer.Option(False, "--wide", help="Show every column (the default view fits 100 columns).")
+WideOption = typer.Option(False, "--wide", help="Show every column, however wide.")
 # Options that take a list: `--problems a b` and `--problems a,b` both work (see expand_list_options).
 LIST_OPTIONS = {"bench": ("--problems",)}
 
@@ -375,7 +375,7 @@ def leaderboard_cmd(
         lb.print_board(rows, console, title="kgen leaderboard" + (" (all correct candidates)" if include_all else ""),
                        wide=wide)
         if any(r.runtime_ms is None for r in rows):
-            console.print("untimed rows were evaluated without a GPU: ranked by correctness only, oldest first",
+            console.print("untimed rows: evaluated without a GPU, ranked by correctness only (oldest first)",
                           highlight=False, soft_wrap=True)
 
 
@@ -501,10 +501,14 @@ def bench_cmd(
     from pathlib import Path
 
     from kgen.bench import parse_problems, run_bench
+    from kgen.problems import resolve_problem_path
 
+    names = parse_problems(problems)
+    for name in names:  # an unknown name stops the bench before its first search, not after
+        resolve_problem_path(name)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path, text = run_bench(parse_problems(problems), rounds=rounds, candidates=candidates, seed=seed,
+    path, text = run_bench(names, rounds=rounds, candidates=candidates, seed=seed,
                            out_dir=out_dir, db=db, language=language, timeout_s=timeout)
     console.print(text, markup=False, highlight=False, soft_wrap=True)
     console.print(f"written: {path} and {path.with_suffix('.json')}", highlight=False, soft_wrap=True)

@@ -113,37 +113,60 @@ def visible_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], wi
             if c.default and (c.key or any(row[i] != MISSING for row in rows))]
 
 
+def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [max(len(r[i]) for r in [[c.header for c in columns], *rows]) for i in range(len(columns))]
+
+
+def _lines(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = _widths(columns, rows)
+    return ["  ".join(cell.rjust(w) if c.numeric else cell.ljust(w)
+                      for cell, c, w in zip(r, columns, widths)).rstrip()
+            for r in [[c.header for c in columns], *rows]]
+
+
 def plain_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> str:
     """Aligned lines, two spaces between columns, as wide as the cells need."""
-    table = [[c.header for c in columns], *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
-    lines = []
-    for r in table:
-        cells = [cell.rjust(w) if c.numeric else cell.ljust(w) for cell, c, w in zip(r, columns, widths)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
+    return "\n".join(_lines(columns, rows)) + "\n"
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Indexes of the columns that fit in `width`: the key columns always, then the others in order
+    while they fit (a column is never folded or cut)."""
+    widths = _widths(columns, rows)
+    keep = [i for i, c in enumerate(columns) if c.key]
+    used = sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+    for i, c in enumerate(columns):
+        if not c.key and used + 2 + widths[i] <= width:
+            keep.append(i)
+            used += 2 + widths[i]
+    return sorted(keep)
 
 
 def print_table(console, columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: Optional[str] = None,
                 wide: bool = False, styles: Optional[Sequence[Optional[str]]] = None) -> None:
-    """A table on `console`: rich on a terminal (key columns never folded), plain lines elsewhere."""
+    """A table on `console` as aligned lines. In a pipe or a file every shown column is printed in
+    full, however wide. On a terminal the default view drops the columns that would not fit (and
+    says how to see them); `wide` shows every column, letting the terminal wrap."""
+    from rich.text import Text
+
     shown = visible_columns(columns, rows, wide)
-    columns = [columns[i] for i in shown]
-    rows = [[row[i] for i in shown] for row in rows]
+    if console.is_terminal and not wide:
+        fitted = fit_columns([columns[i] for i in shown], [[r[i] for i in shown] for r in rows], console.width)
+        dropped = len(shown) - len(fitted)
+        shown = [shown[i] for i in fitted]
+    else:
+        dropped = 0
+    lines = _lines([columns[i] for i in shown], [[r[i] for i in shown] for r in rows])
     if not console.is_terminal:
-        text = (f"{title}\n" if title else "") + plain_table(columns, rows)
-        console.file.write(text)
+        console.file.write((f"{title}\n" if title else "") + "\n".join(lines) + "\n")
         console.file.flush()
         return
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    for i, c in enumerate(columns):
-        longest = max([len(c.header), *(len(r[i]) for r in rows)])
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=c.key,
-                         min_width=longest if c.key else None, overflow="fold")
-    for n, row in enumerate(rows):
-        table.add_row(*(escape(x) for x in row), style=styles[n] if styles else None)
-    console.print(table)
+    if title:
+        console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(Text(lines[0], style="bold underline"), soft_wrap=True)
+    for n, line in enumerate(lines[1:]):
+        console.print(Text(line, style=(styles[n] if styles else None) or ""), soft_wrap=True)
+    if dropped:
+        what = "1 column" if dropped == 1 else f"{dropped} columns"
+        console.print(Text(f"{what} left out to fit the terminal; --wide shows every column", style="dim"),
+                      soft_wrap=True)

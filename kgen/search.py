@@ -34,10 +34,6 @@ from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
 from kgen.records import EvalSettings
 
-NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are "
-               "ranked by correctness only.")
-NO_GPU_CUDA_NOTE = (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
-                    "reported not_run.")
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
 GPU_CANDIDATES = 8
 
@@ -90,6 +86,16 @@ class SearchSummary:
     tokens_out: int = 0
     wall_s: float = 0.0
     timed: bool = True
+
+
+def no_gpu_note(language: str) -> str:
+    """What a search without a GPU says once, at its start."""
+    note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
+            "by correctness only.")
+    if language != "triton":
+        note += (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
+                 "reported not_run.")
+    return note
 
 
 def validate(config: SearchConfig) -> None:
@@ -235,7 +241,7 @@ class Search:
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
         self._seed_counts()
         if device.name == "cpu":
-            self.progress.note(NO_GPU_NOTE + (NO_GPU_CUDA_NOTE if self.config.language != "triton" else ""))
+            self.progress.note(no_gpu_note(self.config.language))
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:

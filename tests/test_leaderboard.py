@@ -99,7 +99,7 @@ def test_show_a_failed_candidate_prints_its_error(results):
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown", "table"])
 def test_every_format_holds_the_same_rows(results, fmt):
-    path, ids = results
+    path, _ = results
     r = run_kgen("leaderboard", "--all", "--format", fmt, "--wide", "--db", str(path))
     assert r.returncode == 0, r.stderr
     expected = [row.candidate_id for row in leaderboard(open_db(str(path), create=False), include_all=True)]
@@ -133,7 +133,8 @@ def test_runs_show_status_rounds_best_speedup_and_tokens(results):
     assert (cpu.status, cpu.rounds_done, cpu.best_speedup_eager, cpu.correct) == ("interrupted", 1, None, 2)
     r = run_kgen("runs", "--wide", "--db", str(path))
     assert r.returncode == 0 and "interrupted" in r.stdout and "22.46 k" in r.stdout
-    assert json.loads(run_kgen("runs", "--format", "json", "--db", str(path)).stdout)[1]["tokens_out"] == conv.tokens_out
+    listed = json.loads(run_kgen("runs", "--format", "json", "--db", str(path)).stdout)
+    assert listed[1]["tokens_out"] == conv.tokens_out
 
 
 @pytest.mark.parametrize("args", [["leaderboard"], ["show", "1"], ["runs"], ["report", "-o", "r.html"],

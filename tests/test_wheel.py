@@ -10,6 +10,7 @@ path without running its `.pth` files, so the editable install of kgen there sta
 import os
 import shutil
 import site
+import sqlite3
 import subprocess
 import sys
 import zipfile
@@ -81,4 +82,6 @@ def test_kgen_from_the_wheel_lists_problems_and_searches_outside_the_checkout(fr
     searched = _run([str(kgen), "search", "--problem", "softmax", "--rounds", "1", "--candidates", "1",
                      "--quiet"], cwd=tmp_path, env=_env(tmp_path), timeout=300)
     assert "1 correct" in searched.stdout, searched.stdout
-    assert (tmp_path / "results.db").is_file()
+    assert "CUDA" not in searched.stdout  # no GPU: Triton only, and nothing said about CUDA
+    with sqlite3.connect(tmp_path / "results.db") as conn:
+        assert conn.execute("SELECT DISTINCT language FROM candidates").fetchall() == [("triton",)]

@@ -3,7 +3,6 @@ there are several: models often draft, then correct themselves) and the idea sta
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from typing import Optional
