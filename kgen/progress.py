@@ -239,13 +239,6 @@ def describe(result: EvalResult) -> str:
     return result.outcome + (f": {cause}" if cause else "")
 
 
-def export_module(problem: str) -> str:
-    """A module file name `kgen export -o` accepts for this problem: softmax -> softmax_kernel.py,
-    19_ReLU -> kernel_19_relu.py."""
-    slug = re.sub(r"\W+", "_", problem).strip("_").lower() or "problem"
-    return f"kernel_{slug}.py" if slug[0].isdigit() else f"{slug}_kernel.py"
-
-
 def summary_lines(summary, db: Optional[str] = None) -> list[str]:
     """The end of a search in a few lines: the run, its best candidate, tokens, and the command that
     exports it (with `--db` when the search wrote to a DB given on its command line)."""
@@ -264,7 +257,10 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
                      f"{fmt.speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}")
     lines.append(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out")
     if summary.best_id is not None:
-        lines.append("export: " + fmt.command("export", summary.best_id, "-o", export_module(summary.problem), db=db))
+        from kgen.export import default_module_file
+
+        lines.append("export: " + fmt.command("export", summary.best_id, "-o", default_module_file(summary.problem),
+                                              db=db))
     return lines
 
 
