@@ -177,6 +177,8 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
         from kgen.db import open_db
 
         database = open_db(db)
+        print(f"kgen: eager and torch.compile baselines: from {database.url}, or timed now (once) and kept there "
+              "(--no-baselines skips them)", file=sys.stderr)
         try:
             times = get_baselines(database, loaded, device)
         finally:
@@ -553,6 +555,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # click's usage errors and anything unexpected: one line, exit 2
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `kgen`: the help, as click gives it
+            print(e.format_message(), file=sys.stderr)
+            sys.exit(2)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (typer's) usage errors
             if os.environ.get("KGEN_DEBUG"):
                 traceback.print_exc()
