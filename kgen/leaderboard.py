@@ -148,8 +148,8 @@ def to_markdown(rows: list[LeaderboardRow]) -> str:
 
 
 def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool = False) -> None:
-    """The leaderboard as a table: the default view fits 100 columns (ids and problem names in full,
-    columns with no value hidden); `wide` shows every column. The best of each group in bold."""
+    """The leaderboard as a table (see fmt.print_table: on a terminal the default view fits its width,
+    ids and problem names in full); `wide` shows every column. The best of each group in bold."""
     fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=title, wide=wide,
                     styles=["bold" if r.rank == 1 else None for r in rows])
 
@@ -347,8 +347,8 @@ def run_cells(r: RunRow) -> list[str]:
 
 
 def print_runs(rows: list[RunRow], console, *, wide: bool = False, db: Optional[str] = None) -> None:
-    """`kgen runs` as a table (the default view fits 100 columns; `wide` shows every column), and for
-    each run whose process is gone, the command that resumes it."""
+    """`kgen runs` as a table (see fmt.print_table; `wide` shows every column), and for each run whose
+    process is gone, the command that resumes it."""
     fmt.print_table(console, RUN_COLUMNS, [run_cells(r) for r in rows], title="kgen runs", wide=wide)
     for r in rows:
         if r.process_gone:
