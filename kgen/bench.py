@@ -41,6 +41,12 @@ from kgen.errors import KgenError
 from kgen.store import correct_candidates
 
 DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
+
+
+def parse_problems(values: Optional[list[str]]) -> list[str]:
+    """`--problems` as given (`a b`, `a,b`, or both), each once in order; none: DEFAULT_PROBLEMS."""
+    names = [name.strip() for value in values or () for name in value.split(",")]
+    return list(dict.fromkeys(n for n in names if n)) or list(DEFAULT_PROBLEMS)
 # The caches each GPU-count pass gets afresh (environment variable -> folder under --out).
 PASS_CACHES = {"KGEN_CACHE_DIR": "kgen-cache", "TRITON_CACHE_DIR": "triton-cache"}
 

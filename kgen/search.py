@@ -25,15 +25,15 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-from kgen import store
+from kgen import fmt, store
 from kgen.db import Database, DatabaseUnavailableError, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
 from kgen.records import EvalSettings
 
-NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter (CUDA sources are only compiled); no timings "
-               "are measured, and candidates are ranked by correctness only.")
+CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
+GPU_CANDIDATES = 8
 
 
 @dataclass
@@ -42,9 +42,9 @@ class SearchConfig:
 
     problem: str
     rounds: int = 10
-    candidates: int = 8
+    candidates: Optional[int] = None  # None: GPU_CANDIDATES with a GPU, CPU_CANDIDATES without
     proposer: Optional[str] = None  # None: proposers.default_proposer_kind()
-    language: str = "any"
+    language: Optional[str] = None  # None: any with a GPU; triton without (CUDA could only be compiled)
     size: Optional[str] = None  # None: full with a GPU, small without
     seed: int = 0
     timeout_s: float = 300.0
@@ -87,26 +87,31 @@ class SearchSummary:
     wall_s: float = 0.0
     timed: bool = True
 
-    @property
-    def export_command(self) -> Optional[str]:
-        if self.best_id is None:
-            return None
-        return f"kgen export {self.best_id} -o {self.problem}_kernel.py"
+
+def no_gpu_note(language: str) -> str:
+    """What a search without a GPU says once, at its start."""
+    note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
+            "by correctness only.")
+    if language != "triton":
+        note += (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
+                 "reported not_run.")
+    return note
 
 
 def validate(config: SearchConfig) -> None:
-    """Bad configuration is a one-line KgenError, raised before any cluster or run exists."""
-    from kgen.proposers import LANGUAGE_CHOICES, PROPOSER_KINDS
+    """Bad configuration is a one-line KgenError, raised before any cluster or run exists. Settings
+    still None are fine: resolve_defaults fills them."""
+    from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS
 
     if config.rounds < 1:
         raise KgenError(f"--rounds must be at least 1 (got {config.rounds})")
-    if config.candidates < 1:
+    if config.candidates is not None and config.candidates < 1:
         raise KgenError(f"--candidates must be at least 1 (got {config.candidates})")
     if config.timeout_s <= 0:
         raise KgenError(f"--timeout must be positive (got {config.timeout_s})")
-    if config.proposer not in PROPOSER_KINDS:
+    if config.proposer is not None and config.proposer not in PROPOSER_KINDS:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
-    if config.language not in LANGUAGE_CHOICES:
+    if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
 
 
@@ -116,10 +121,15 @@ def resolve_defaults(config: SearchConfig) -> SearchConfig:
 
     from kgen.proposers import default_proposer_kind
 
+    gpu = torch.cuda.is_available()
     if config.proposer is None:
         config.proposer = default_proposer_kind()
     if config.size is None:
-        config.size = "full" if torch.cuda.is_available() else "small"
+        config.size = "full" if gpu else "small"
+    if config.language is None:
+        config.language = "any" if gpu else "triton"
+    if config.candidates is None:
+        config.candidates = GPU_CANDIDATES if gpu else CPU_CANDIDATES
     return config
 
 
@@ -214,7 +224,7 @@ class Search:
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
         self._seed_counts()
         if device.name == "cpu":
-            self.progress.note(NO_GPU_NOTE)
+            self.progress.note(no_gpu_note(self.config.language))
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -392,8 +402,8 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
             except DatabaseUnavailableError:
                 pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):
-                progress.note(f"interrupted: run {search.run_id} marked interrupted; "
-                              f"`kgen search --resume {search.run_id}` continues it")
+                resume = fmt.command("search", "--resume", search.run_id, db=fmt.db_option(db.url))
+                progress.note(f"interrupted: run {search.run_id} marked interrupted; `{resume}` continues it")
             if isinstance(e, DatabaseUnavailableError):
                 raise DatabaseUnavailableError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "
                                                f"{search.run_id}` continues it once the DB can be used again") from e

@@ -167,7 +167,7 @@ def test_export_refuses_what_it_cannot_stand_behind(results, out_dir):
     cases = [
         (["export", "conv2d", "-o", str(out_dir / "c.py")],
          f"no correct candidate for conv2d on this device (cpu); there are on {H100}: export one by id, "
-         f"e.g. kgen export {ids['conv_best']} -o ..."),
+         f"e.g. kgen export {ids['conv_best']} -o conv2d_kernel.py"),  # the DB here is the default one
         (["export", "matmul", "-o", str(out_dir / "m.py")], "no correct candidate for problem 'matmul'"),
         (["export", str(ids["softmax_compile_error"]), "-o", str(out_dir / "x.py")],
          f"candidate {ids['softmax_compile_error']} has no correct evaluation "

@@ -15,8 +15,6 @@ from kgen.records import EvalResult
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100, build_results_db
 
-WIDE = {"COLUMNS": "250"}
-
 
 @pytest.fixture
 def results(tmp_path):
@@ -85,7 +83,7 @@ def test_show_gives_the_lineage_back_to_the_first_proposal(results):
 
 def test_show_on_the_cli_prints_idea_evaluation_lineage_and_source(results):
     path, ids = results
-    r = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env=WIDE)
+    r = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env={"COLUMNS": "250"})
     assert r.returncode == 0, r.stderr
     for needle in ("16 warps: two rows per SM stay in L2", "correct", "0.810", "2.00x",
                    f"lineage of {ids['softmax_best']}", "starter: online two-pass softmax", "_softmax_online_kernel",
@@ -95,14 +93,14 @@ def test_show_on_the_cli_prints_idea_evaluation_lineage_and_source(results):
 
 def test_show_a_failed_candidate_prints_its_error(results):
     path, ids = results
-    r = run_kgen("show", str(ids["softmax_compile_error"]), "--db", str(path), env=WIDE)
+    r = run_kgen("show", str(ids["softmax_compile_error"]), "--db", str(path), env={"COLUMNS": "250"})
     assert r.returncode == 0 and "compile_error" in r.stdout and "__shfl_xor" in r.stdout
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown", "table"])
 def test_every_format_holds_the_same_rows(results, fmt):
-    path, ids = results
-    r = run_kgen("leaderboard", "--all", "--format", fmt, "--db", str(path), env=WIDE)
+    path, _ = results
+    r = run_kgen("leaderboard", "--all", "--format", fmt, "--wide", "--db", str(path))
     assert r.returncode == 0, r.stderr
     expected = [row.candidate_id for row in leaderboard(open_db(str(path), create=False), include_all=True)]
     if fmt == "json":
@@ -133,9 +131,10 @@ def test_runs_show_status_rounds_best_speedup_and_tokens(results):
     assert conv.best_candidate_id == ids["conv_best"] and conv.best_speedup_eager == pytest.approx(3.05 / 1.87)
     cpu = rows[ids["cpu_run"]]
     assert (cpu.status, cpu.rounds_done, cpu.best_speedup_eager, cpu.correct) == ("interrupted", 1, None, 2)
-    r = run_kgen("runs", "--db", str(path), env=WIDE)
+    r = run_kgen("runs", "--wide", "--db", str(path))
     assert r.returncode == 0 and "interrupted" in r.stdout and "22.46 k" in r.stdout
-    assert json.loads(run_kgen("runs", "--json", "--db", str(path)).stdout)[1]["tokens_out"] == conv.tokens_out
+    listed = json.loads(run_kgen("runs", "--format", "json", "--db", str(path)).stdout)
+    assert listed[1]["tokens_out"] == conv.tokens_out
 
 
 @pytest.mark.parametrize("args", [["leaderboard"], ["show", "1"], ["runs"], ["report", "-o", "r.html"],

@@ -37,11 +37,27 @@ def test_without_timings_the_first_correct_candidate_leads():
     assert counts.best_candidate_id == 2 and counts.best_speedup_eager is None
 
 
-def test_eta_is_rounds_left_times_the_time_per_finished_round():
-    # rounds overlap, so the pace is elapsed time per finished round, not the mean round's length
-    counts = SearchCounts(rounds_total=5, rounds_done=2, round_seconds=[10.0, 20.0], started=time.monotonic() - 40.0)
-    assert counts.eta_s() == pytest.approx(60.0, abs=1.0)
-    assert SearchCounts(rounds_total=5).eta_s() is None
+def test_eta_is_candidates_left_times_the_time_per_finished_candidate():
+    # 3 of 5 rounds proposed (4, 4, then 2: the proposer ran short), 6 done in 60 s since round 1 began:
+    # 10 s each; left: 4 proposed and unfinished, and 2 rounds of 2 (the latest round's size)
+    counts = SearchCounts(rounds_total=5, rounds_proposed=3, last_round_size=2, proposed=10, done=6,
+                          first_round_started=time.monotonic() - 60.0)
+    assert counts.eta_s() == pytest.approx((4 + 2 * 2) * 10.0, rel=0.01)
+    assert SearchCounts(rounds_total=5).eta_s() is None  # nothing finished yet: no pace to go by
+
+
+def test_eta_leaves_out_the_cluster_start_and_follows_the_events():
+    progress = SearchProgress(Console(file=io.StringIO()))
+    progress.start(run_id=1, problem="softmax", size="small", device="cpu", proposer="offline", rounds_total=3,
+                   rounds_done=0, evaluators=1, resumed=False)
+    progress.counts.started -= 100.0  # the cluster took 100 s to start: not part of the pace
+    progress.round_started(0)
+    progress.counts.first_round_started -= 20.0
+    progress.proposed(4, 0)
+    for cid in (1, 2):
+        progress.evaluated(cid, correct(), was_timing=False)
+    # 20 s for 2 candidates; left: 2 of round 1 and 2 rounds of 4
+    assert progress.counts.eta_s() == pytest.approx(10 * 10.0, rel=0.01)
 
 
 def test_plain_progress_writes_one_line_per_event():
@@ -70,7 +86,7 @@ def test_summary_names_the_winner_its_speedups_and_the_export_command():
                             best_speedup_eager=2.5, best_speedup_compile=1.4, best_roofline_pct=81.0,
                             tokens_in=1000, tokens_out=500, wall_s=600)
     text = "\n".join(summary_lines(summary))
-    assert "best: candidate 42: 0.5 ms, 2.50x vs eager, 1.40x vs torch.compile, 81% of roofline" in text
+    assert "best: candidate 42: 0.500 ms, 2.50x vs eager, 1.40x vs torch.compile, 81.0% of roofline" in text
     assert "tokens: 1000 in, 500 out" in text
     assert "export: kgen export 42 -o softmax_kernel.py" in text
 

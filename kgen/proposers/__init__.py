@@ -16,10 +16,7 @@ from typing import Optional, Protocol, runtime_checkable
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
-from kgen.records import Proposal
-
-PROPOSER_KINDS = ("openai", "offline", "replay")
-LANGUAGE_CHOICES = ("triton", "cuda", "any")
+from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, Proposal
 
 
 @runtime_checkable

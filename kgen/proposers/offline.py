@@ -35,8 +35,8 @@ from kgen import pyast
 from kgen.errors import KgenError
 from kgen.history import History, kernel_shape
 from kgen.problems import Problem, int_constants
-from kgen.proposers.extract import guess_language
 from kgen.records import Proposal
+from kgen.static_checks import detect_language
 from kgen.store import normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.offline")
@@ -230,7 +230,7 @@ def load_starters(problem: Problem, starters_dir: Optional[Path] = None, languag
         if not defines_model_new(source):
             log.warning("starter %s defines no ModelNew; skipped", path)
             continue
-        starters.append(Starter(path, source, guess_language(source), _docstring_line(source)))
+        starters.append(Starter(path, source, detect_language(source), _docstring_line(source)))
     if not starters:
         raise KgenError(f"problem {problem.name} has no starter kernels (looked in {folder}); "
                         "the offline proposer needs them")

@@ -33,8 +33,9 @@ from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
 from kgen.prompts import PromptRenderer, failure_view, prompt_context
-from kgen.proposers.extract import extract_candidate, guess_language
+from kgen.proposers.extract import extract_candidate
 from kgen.records import Proposal
+from kgen.static_checks import detect_language
 from kgen.store import ScoredCandidate, normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.openai")
@@ -405,5 +406,5 @@ class OpenAIProposer:
             proposal.error = "duplicate: this source (up to comments and blank lines) was already proposed"
             return proposal
         seen.add(digest)
-        proposal.source, proposal.language = extracted.source, guess_language(extracted.source)
+        proposal.source, proposal.language = extracted.source, detect_language(extracted.source)
         return proposal
