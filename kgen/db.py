@@ -337,8 +337,10 @@ def open_db(db: str | None = None, *, create: bool = True, read_only: bool = Fal
 
 
 def _sqlite_engine(url: URL, *, create: bool, read_only: bool) -> Engine:
-    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
-        raise KgenError("give the SQLite results DB as a file path (an in-memory DB keeps nothing)")
+    if url.database in (None, "", ":memory:"):  # sqlite:// (tests): a DB that lives as long as its engine
+        if not create:
+            raise KgenError("an in-memory SQLite DB holds no results to read or resume")
+        return _with_sqlite_events(create_engine(url))
     path = Path(url.database)
     if path.is_dir():
         raise KgenError(f"database path {path} is a directory")
@@ -372,7 +374,10 @@ def _sqlite_engine(url: URL, *, create: bool, read_only: bool) -> Engine:
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(target, uri=read_only, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
 
-    engine = create_engine(url, creator=connect)
+    return _with_sqlite_events(create_engine(url, creator=connect))
+
+
+def _with_sqlite_events(engine: Engine) -> Engine:
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
