@@ -452,6 +452,7 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
         _refuse_unknown(state, shown)
     upgraded_from = None
     if not state.current:
+        config = _alembic_config()  # before the lock: importing Alembic takes a moment, others would wait on it
         with engine.execution_options(kgen_writes=True).begin() as conn:
             if engine.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK_KEY})
@@ -460,7 +461,7 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
                 _refuse_unknown(state, shown)
             if not state.current:
                 upgraded_from = state.schema_version or 0
-                _migrate(conn, state, shown)
+                _migrate(conn, state, shown, config)
         if upgraded_from:
             log.warning("kgen: upgraded the results DB %s from schema version %d to %d (older kgens refuse it now)",
                         shown, upgraded_from, SCHEMA_VERSION)
@@ -469,13 +470,18 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
     return upgraded_from
 
 
-def _migrate(conn: Connection, state: _SchemaState, shown: str) -> None:
-    from alembic import command
+def _alembic_config():
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    config.attributes["connection"] = conn
+    return config
+
+
+def _migrate(conn: Connection, state: _SchemaState, shown: str, config) -> None:
+    from alembic import command
+
+    config.attributes["connection"] = conn  # env.py runs the migrations on it, in its transaction
     if state.tables and state.revision is None:  # written before kgen used Alembic: the baseline's schema
         if state.schema_version != 1:
             raise KgenError(f"database {shown} has kgen_meta but no schema version kgen knows "
