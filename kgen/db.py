@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import sqlite3
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -492,12 +493,21 @@ def _migrate(conn: Connection, state: _SchemaState, shown: str, config) -> None:
 
 def _use_wal(engine: Engine) -> None:
     """WAL: readers never wait for the writer, nor it for them. Set outside any transaction (SQLite's
-    rule), after the schema checks, so a refused file is left byte for byte as it was."""
+    rule), after the schema checks, so a refused file is left byte for byte as it was. Two processes
+    switching at once both hold a read lock and want the exclusive one; SQLite answers one of them "database
+    is locked" at once rather than deadlock, so that one tries again (and then finds WAL set)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
-        if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            cursor.execute("PRAGMA journal_mode=WAL")
+        while cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                break  # switched, or a DB that has no WAL (in memory)
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         cursor.close()
     finally:
         raw.close()
