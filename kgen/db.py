@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import sqlite3
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,8 +338,10 @@ def open_db(db: str | None = None, *, create: bool = True, read_only: bool = Fal
 
 
 def _sqlite_engine(url: URL, *, create: bool, read_only: bool) -> Engine:
-    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
-        raise KgenError("give the SQLite results DB as a file path (an in-memory DB keeps nothing)")
+    if url.database in (None, "", ":memory:"):  # sqlite:// (tests): a DB that lives as long as its engine
+        if not create:
+            raise KgenError("an in-memory SQLite DB holds no results to read or resume")
+        return _with_sqlite_events(create_engine(url))
     path = Path(url.database)
     if path.is_dir():
         raise KgenError(f"database path {path} is a directory")
@@ -372,7 +375,10 @@ def _sqlite_engine(url: URL, *, create: bool, read_only: bool) -> Engine:
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(target, uri=read_only, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
 
-    engine = create_engine(url, creator=connect)
+    return _with_sqlite_events(create_engine(url, creator=connect))
+
+
+def _with_sqlite_events(engine: Engine) -> Engine:
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
@@ -447,6 +453,7 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
         _refuse_unknown(state, shown)
     upgraded_from = None
     if not state.current:
+        config = _alembic_config()  # before the lock: importing Alembic takes a moment, others would wait on it
         with engine.execution_options(kgen_writes=True).begin() as conn:
             if engine.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK_KEY})
@@ -455,7 +462,7 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
                 _refuse_unknown(state, shown)
             if not state.current:
                 upgraded_from = state.schema_version or 0
-                _migrate(conn, state, shown)
+                _migrate(conn, state, shown, config)
         if upgraded_from:
             log.warning("kgen: upgraded the results DB %s from schema version %d to %d (older kgens refuse it now)",
                         shown, upgraded_from, SCHEMA_VERSION)
@@ -464,13 +471,18 @@ def _create_or_upgrade(engine: Engine, shown: str) -> Optional[int]:
     return upgraded_from
 
 
-def _migrate(conn: Connection, state: _SchemaState, shown: str) -> None:
-    from alembic import command
+def _alembic_config():
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    config.attributes["connection"] = conn
+    return config
+
+
+def _migrate(conn: Connection, state: _SchemaState, shown: str, config) -> None:
+    from alembic import command
+
+    config.attributes["connection"] = conn  # env.py runs the migrations on it, in its transaction
     if state.tables and state.revision is None:  # written before kgen used Alembic: the baseline's schema
         if state.schema_version != 1:
             raise KgenError(f"database {shown} has kgen_meta but no schema version kgen knows "
@@ -481,12 +493,21 @@ def _migrate(conn: Connection, state: _SchemaState, shown: str) -> None:
 
 def _use_wal(engine: Engine) -> None:
     """WAL: readers never wait for the writer, nor it for them. Set outside any transaction (SQLite's
-    rule), after the schema checks, so a refused file is left byte for byte as it was."""
+    rule), after the schema checks, so a refused file is left byte for byte as it was. Two processes
+    switching at once both hold a read lock and want the exclusive one; SQLite answers one of them "database
+    is locked" at once rather than deadlock, so that one tries again (and then finds WAL set)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
-        if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            cursor.execute("PRAGMA journal_mode=WAL")
+        while cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                break  # switched, or a DB that has no WAL (in memory)
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         cursor.close()
     finally:
         raw.close()

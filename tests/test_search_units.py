@@ -181,5 +181,5 @@ def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_
     search._rounds(_InstantStages(), EvalSettings(device="cpu", size="small"), 0, "cpu", None)
     with db.reader() as s:
         rounds = sorted(c.round for c in s.query(Candidate).filter_by(run_id=search.run_id))
-    assert rounds == [0, 0, 1, 1, 2, 2]
+    assert rounds == [1, 1, 2, 2, 3, 3]
     assert (1, 0) in proposer.asked  # asked early, had nothing, and was asked again later
