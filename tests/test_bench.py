@@ -91,7 +91,7 @@ def test_scaling_compares_evaluations_per_hour_of_evaluation_span():
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "1"], "cannot use 1 GPU(s): this machine has 0"),
     (["--gpus", "1", "--gpus", "2", "--db", "x.db"], "leave out --db"),
-    (["--rounds", "0"], "--rounds and --candidates must be at least 1"),
+    (["--rounds", "0"], "--rounds must be at least 1 (got 0)"),
 ])
 def test_bad_bench_options_are_one_line_and_exit_2(tmp_path, args, message):
     done = run_kgen("bench", "--out", str(tmp_path / "out"), *args, env={"CUDA_VISIBLE_DEVICES": ""})
