@@ -71,13 +71,14 @@ def proposer(name: str, model: Optional[str]) -> str:
 
 def db_option(url: str) -> Optional[str]:
     """What `--db` must say for a later command to open the DB at `url`: None for the default DB
-    (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL."""
-    from kgen.db import db_url
+    (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL
+    with its password masked (kgen never prints a password; the user puts theirs back)."""
+    from kgen.db import db_url, mask_url
 
     if url == db_url(None):
         return None
     if not url.startswith("sqlite:///"):
-        return url
+        return mask_url(url)
     path = Path(url.removeprefix("sqlite:///"))
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
