@@ -83,12 +83,13 @@ def main() -> None:
              "checked timed runs | peak GPU GB (judge / runner / arena) |", "|" + " --- |" * 9]
     for row in rows:
         t, m = row["timing"] or {}, row["gpu_memory"] or {}
-        gb = lambda b: f"{b / 1e9:.2f}" if b else "-"  # noqa: E731
+        gb = lambda b: f"{b / 1e9:.2f}" if b else "-"
         lines.append(f"| {row['problem']} | {row['candidate']} | {row['outcome']} | "
                      f"{row['runtime_ms'] and round(row['runtime_ms'], 4)} | "
                      f"{row['roofline_pct'] and round(row['roofline_pct'], 1)} | {row['eval_s']} | "
                      f"{t.get('unexplained_ms')} | {t.get('checked_runs')} | "
-                     f"{gb(m.get('judge_peak_bytes'))} / {gb(m.get('runner_peak_bytes'))} / {gb(m.get('arena_bytes'))} |")
+                     f"{gb(m.get('judge_peak_bytes'))} / {gb(m.get('runner_peak_bytes'))} / "
+                     f"{gb(m.get('arena_bytes'))} |")
     evals = [row["eval_s"] for row in rows[1:]] or [rows[0]["eval_s"]]
     lines.append(f"\nmedian evaluation time after the first: {statistics.median(evals):.2f} s "
                  f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")

@@ -7,8 +7,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kgen.harness import seccomp  # noqa: E402
-from kgen.sandbox import SandboxMode, SandboxSpec, bwrap_command, sandbox_env  # noqa: E402
+from kgen.harness import seccomp
+from kgen.sandbox import SandboxMode, SandboxSpec, bwrap_command, sandbox_env
 
 CODE = "import torch; x = torch.ones(4, device='cuda'); print('ok', float(x.sum()))"
 
@@ -39,8 +39,8 @@ def run(label, filt=None, nobody=False, extra=()):
         i = cmd.index("--chdir")
         cmd[i:i] = list(extra)
     kw = dict(user=65534, group=65534, extra_groups=[]) if nobody else {}
-    done = subprocess.run(cmd, capture_output=True, text=True, pass_fds=fds, env=sandbox_env(spec, SandboxMode.BWRAP, "/tmp"),
-                          timeout=120, **kw)
+    env = sandbox_env(spec, SandboxMode.BWRAP, "/tmp")
+    done = subprocess.run(cmd, capture_output=True, text=True, pass_fds=fds, env=env, timeout=120, **kw)
     last = (done.stdout.strip().splitlines() or [""])[-1] if done.returncode == 0 else \
         (done.stderr.strip().splitlines() or [""])[-1][:200]
     print(f"{label:45s} rc={done.returncode} {last}", flush=True)

@@ -34,7 +34,7 @@ def time_baselines(job: dict[str, Any]) -> dict[str, Any]:
     for key, make in variants.items():
         try:
             fn = make()
-            times[key] = time_forward(lambda *ins: fn(*ins), lambda i: problem.make_inputs(1000 + i, device),
+            times[key] = time_forward(fn, lambda i: problem.make_inputs(1000 + i, device),
                                       min_runs, min_s).median_ms
         except Exception as e:  # noqa: BLE001 - a baseline that cannot be timed is recorded as missing
             times[key] = None

@@ -24,9 +24,10 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 from urllib.parse import urlsplit
 
 from kgen.errors import KgenError
@@ -124,8 +125,7 @@ def _check_token(address: str) -> None:
         return
     try:
         from ray._private import services
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available)
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
         from ray._raylet import AuthenticationMode, AuthenticationTokenLoader, GcsClient, get_authentication_mode
         from ray.exceptions import AuthenticationError
     except ImportError:

@@ -22,14 +22,27 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 from urllib.parse import quote
 
-from sqlalchemy import (JSON, Float, ForeignKey, Integer, String, Text, UniqueConstraint, create_engine, event,
-                        inspect, select, text)
+from sqlalchemy import (
+    JSON,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
@@ -101,7 +114,7 @@ class Run(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]]
 
-    candidates: Mapped[list["Candidate"]] = relationship(back_populates="run")
+    candidates: Mapped[list[Candidate]] = relationship(back_populates="run")
 
 
 class LLMCall(Base):
@@ -147,7 +160,7 @@ class Candidate(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     run: Mapped[Optional[Run]] = relationship(back_populates="candidates")
-    evaluations: Mapped[list["Evaluation"]] = relationship(back_populates="candidate", order_by="Evaluation.id")
+    evaluations: Mapped[list[Evaluation]] = relationship(back_populates="candidate", order_by="Evaluation.id")
     llm_call: Mapped[Optional[LLMCall]] = relationship()
 
 

@@ -23,7 +23,8 @@ from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.records import NOT_RUN, OUTCOMES, EvalResult, EvalSettings, Outcome
 from kgen.sandbox import SandboxMode, check_sandbox
-from kgen.static_checks import check_source, detect_language as _detect_language
+from kgen.static_checks import check_source
+from kgen.static_checks import detect_language as _detect_language
 
 
 def detect_language(source: str) -> str:

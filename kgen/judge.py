@@ -29,6 +29,7 @@ Order of an evaluation:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import math
@@ -45,8 +46,16 @@ from typing import Any, Optional
 import torch
 
 from kgen import verify
-from kgen.harness.protocol import (BadFrame, Channel, ChannelClosed, ChannelTimeout, HostArena, Layout, RunnerJob,
-                                   encode_value)
+from kgen.harness.protocol import (
+    BadFrame,
+    Channel,
+    ChannelClosed,
+    ChannelTimeout,
+    HostArena,
+    Layout,
+    RunnerJob,
+    encode_value,
+)
 from kgen.harness.trace import OpTrace
 from kgen.problems import Problem
 from kgen.records import NOT_RUN, EvalSettings, Outcome
@@ -116,10 +125,8 @@ class RunnerSlot:
     warm_sent: bool = False  # told to make its CUDA context before its job (it answers `warmed`)
 
     def close(self, keep_staging: bool = False) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.channel.close()
-        except OSError:
-            pass
         self.process.kill()
         if self.staging is not None and not keep_staging:
             shutil.rmtree(self.staging, ignore_errors=True)
@@ -273,12 +280,12 @@ class Judge:
                 raise HarnessFault(f"the sandbox did not start within {SANDBOX_START_S:.0f} s"
                                    + _stderr_suffix(slot)) from None
             limit = f"the {self.settings.timeout_s:g} s time limit" if budget_s is None else f"{wait_s:.0f} s"
-            raise Verdict(Outcome.TIMEOUT, f"no result within {limit} (during {stage}; the sandbox was killed)") from None
+            raise Verdict(Outcome.TIMEOUT,
+                          f"no result within {limit} (during {stage}; the sandbox was killed)") from None
         except ChannelClosed:
-            try:
-                slot.process.proc.wait(timeout=5)  # its own exit status, when it exited by itself
-            except Exception:  # noqa: BLE001 - still running (it closed the socket): kill it
-                pass
+            # its own exit status, when it exited by itself; still running (it closed the socket): kill it
+            with contextlib.suppress(Exception):
+                slot.process.proc.wait(timeout=5)
             slot.process.kill()
             if starting:
                 raise HarnessFault(f"the sandbox failed to start: it {slot.process.exit_description()}"
@@ -427,7 +434,8 @@ class Judge:
         return env
 
     def build_dir(self) -> Path:
-        return builds_root() / build_key(self.source, self.settings.cuda_arch if self.gpu or torch.version.cuda else None)
+        arch = self.settings.cuda_arch if self.gpu or torch.version.cuda else None
+        return builds_root() / build_key(self.source, arch)
 
     def compile_step(self, job: RunnerJob, ablated: Optional[str]) -> Path:
         """The sandboxed process that may start compilers: it imports and calls the candidate (and its
@@ -494,10 +502,8 @@ class Judge:
             self.slots.remove(slot)
             self.close()
         if not outcome:
-            try:
+            with contextlib.suppress(OSError):  # another evaluation of the same source published first
                 os.rename(staging, prebuilt)
-            except OSError:  # another evaluation of the same source published first
-                pass
         shutil.rmtree(staging, ignore_errors=True)
         return outcome, message, builds
 
@@ -635,7 +641,7 @@ class Judge:
         torch_work, launches, kernels = [], [], set()
         kept = None
         n = len(trials)
-        for t, trial in enumerate(trials + [trials[0]]):
+        for t, trial in enumerate([*trials, trials[0]]):
             repeat = t == n
             stage = "the repeat of trial 1" if repeat else ("the first forward" if t == 0 else f"trial {t + 1}")
             report = self.call(slot, trial, "candidate", stage)
@@ -647,8 +653,8 @@ class Judge:
             if repeat:
                 again = [self.region(r).clone() for r in self.output_regions]
                 if not all(verify.same_tensors([a], [b]) for a, b in zip(again, kept)):
-                    raise Verdict(Outcome.INCORRECT, "two calls on the same inputs gave different outputs (uninitialized "
-                                                     "memory read, or state kept between calls)", **self.errors())
+                    raise Verdict(Outcome.INCORRECT, "two calls on the same inputs gave different outputs "
+                                  "(uninitialized memory read, or state kept between calls)", **self.errors())
                 break
             for c in self.check_outputs(report, trial):
                 for name in ("max_abs_err", "max_rel_err", "norm_rel_err"):
@@ -688,8 +694,9 @@ class Judge:
             share = max(sum(w.values()) for w in torch_work) / self.reference_work
             self.evidence.details["torch_work_share"] = round(share, 4)
             if share >= TORCH_WORK_LIMIT:
+                reference_ops = ", ".join(self.evidence.details["reference_ops"])
                 raise Verdict(Outcome.STATIC_REJECT, f"torch operators ({', '.join(ops)}) did {share:.0%} of the "
-                                                     f"reference's work ({', '.join(self.evidence.details['reference_ops'])}); "
+                                                     f"reference's work ({reference_ops}); "
                                                      "its own kernels are not what computes the result")
 
     def audit_gpu_kernels(self, slot: RunnerSlot) -> None:
@@ -717,7 +724,7 @@ class Judge:
 
     # -- timing --------------------------------------------------------------------------------------
 
-    def timing(self, slot: RunnerSlot, watch: "Stopwatch") -> dict[str, Any]:
+    def timing(self, slot: RunnerSlot, watch: Stopwatch) -> dict[str, Any]:
         """Time the candidate: fresh inputs for every run, drawn and written by the judge; L2 flushed by
         the judge; the runner's CUDA-event time for each run; the judge's clock around each run; a
         random sample of timed outputs verified. Returns the statistics."""
@@ -741,7 +748,8 @@ class Judge:
             wall.append(wall_ms)
             if check_every is None:  # as many runs as the time allows, of which CHECKED_TIMED_RUNS are checked
                 per_run_ms = wall_ms * (1 + 1 / NULL_RUN_EVERY) + 1.0
-                expected_runs = max(min_runs, min(int(min_s * 1e3 / max(ms, 1e-3)), int(MAX_TIMED_S * 1e3 / per_run_ms)))
+                expected_runs = max(min_runs, min(int(min_s * 1e3 / max(ms, 1e-3)),
+                                                  int(MAX_TIMED_S * 1e3 / per_run_ms)))
                 check_every = max(1, expected_runs // CHECKED_TIMED_RUNS)
             if secrets.randbelow(check_every) == 0:  # which runs are checked is decided after they ran
                 checked += 1
@@ -770,8 +778,8 @@ class Judge:
         interleaved = len(watch.null_beside) >= MIN_INTERLEAVED_NULL_RUNS
         share, slack_ms = (CLOCK_SLACK_SHARE, CLOCK_SLACK_MS) if interleaved else (DRIFT_SLACK_SHARE, DRIFT_SLACK_MS)
         if stats["unexplained_ms"] > share * median + slack_ms:
-            raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) is below the judge's own "
-                                              f"clock ({stats['judge_wall_median_ms']:.4g} ms per run, "
+            raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) is below the "
+                                              f"judge's own clock ({stats['judge_wall_median_ms']:.4g} ms per run, "
                                               f"{watch.overhead_ms:.3g} ms of which a run that does nothing takes) "
                                               "beyond noise: the timing cannot be trusted", runtime_ms=median,
                           **self.errors())
@@ -807,7 +815,7 @@ class Judge:
                 self.phase("compile_s")
                 if self.language == "cuda" and not self.gpu:  # compiled, but nothing can run here
                     raise Verdict(NOT_RUN, _cuda_not_run_message(details))
-            for attempt in range(2):
+            for _attempt in range(2):
                 slot = self.start_runner(job)
                 details["sandbox"]["isolation"] = slot.process.isolation
                 watch = Stopwatch(self, slot) if self.gpu else None
@@ -875,7 +883,7 @@ class Stopwatch:
     the two processes' GPU contexts, the output copy). A candidate's runs may exceed that by their
     event time and noise, no more."""
 
-    def __init__(self, judge: "Judge", slot: RunnerSlot):
+    def __init__(self, judge: Judge, slot: RunnerSlot):
         self.judge, self.slot, self.device = judge, slot, judge.device
         self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
         self.probe = torch.zeros(1, device=self.device)

@@ -22,6 +22,7 @@ import torch
 from kgen import pyast
 from kgen.errors import KgenError
 from kgen.records import SIZES
+
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
 # Triton interpreter time on one core.
 SMALL_ELEMENTS_BUDGET = 1 << 17

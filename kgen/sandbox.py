@@ -287,7 +287,7 @@ def _reachable_by_nobody(path: Path) -> bool:
     return bool(mode & stat.S_IROTH) or path.stat().st_uid == SANDBOX_UID
 
 
-def _drop_to_nobody(spec: "SandboxSpec") -> bool:
+def _drop_to_nobody(spec: SandboxSpec) -> bool:
     """Start bubblewrap itself as uid 65534 (kgen runs as root): when Python works for nobody here and
     every path the sandbox binds can be reached by it."""
     return _run_as_nobody(spec.gpu) and all(_reachable_by_nobody(p) for p in [*spec.read_only, *spec.writable])

@@ -60,7 +60,7 @@ class SearchConfig:
     baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
 
     @classmethod
-    def from_settings(cls, settings: dict) -> "SearchConfig":
+    def from_settings(cls, settings: dict) -> SearchConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in settings.items() if k in known})
 

@@ -17,7 +17,6 @@ from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
 from kgen.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
 
 
-
 def normalized_source_hash(source: str) -> str:
     """Hash of a source with Python comments, blank lines and trailing spaces dropped: the same kernel
     re-proposed with other comments is the same candidate. Comments are found with `tokenize`, so a

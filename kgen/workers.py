@@ -25,9 +25,10 @@ import functools
 import socket
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from kgen.cluster import Cluster, where_am_i
 from kgen.errors import KgenError

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from conftest import run_kgen
 from kgen import store
 from kgen.bench import ThroughputRow, markdown, scaling_rows, throughput_row
 from kgen.db import open_db
 from kgen.records import EvalResult, Proposal
+
+from conftest import run_kgen
 
 
 def _run_with_gpu_intervals(db, gpus: int, intervals, timing_s: float, window_key: str = "gpu"):

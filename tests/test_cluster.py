@@ -9,6 +9,7 @@ advertises the `kgen_gpu` custom resource instead, and candidates run in Triton'
 CI runs all of these (the README's test command selects no markers).
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -20,9 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -262,19 +263,15 @@ class RayNode:
 
     def kill(self) -> None:
         for pid in self.pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)  # ray start --block stops its node's processes
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
 

@@ -81,9 +81,8 @@ def test_the_sandbox_kind_is_stored_from_the_evaluation_details(any_db):
 
 def test_foreign_keys_are_enforced(any_db):
     db = open_db(any_db)
-    with pytest.raises(IntegrityError):
-        with db.session() as s:
-            s.add(Evaluation(candidate_id=999, outcome="correct", device="cpu", size="small"))
+    with pytest.raises(IntegrityError), db.session() as s:
+        s.add(Evaluation(candidate_id=999, outcome="correct", device="cpu", size="small"))
 
 
 def test_a_nul_character_in_a_message_does_not_stop_the_store(any_db):

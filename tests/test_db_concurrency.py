@@ -8,9 +8,9 @@ import sys
 
 import pytest
 from sqlalchemy import create_engine, text
+from test_db_migrations import schema_1_db, upgrade_to
 
 from kgen.db import SCHEMA_VERSION, db_url
-from test_db_migrations import schema_1_db, upgrade_to
 
 PROCESSES = 8
 

@@ -9,9 +9,9 @@ import sys
 import time
 
 import pytest
+from test_search import evaluations_per_candidate, rows
 
 from conftest import run_kgen
-from test_search import evaluations_per_candidate, rows
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 
-from conftest import run_kgen
 from kgen import leaderboard
 from kgen.db import MIGRATIONS_DIR, SCHEMA_VERSION, Base, db_url, open_db
+
+from conftest import run_kgen
 
 SCHEMA_1_DUMP = Path(__file__).resolve().parent / "db_fixtures" / "results_schema1.sql"
 ROUNDED = {"candidates": "round", "llm_calls": "round"}  # the columns revision 0002 moves up by one

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from conftest import run_kgen
 from kgen.db import db_url
+
+from conftest import run_kgen
 from pg_server import PG_PASSWORD, PgServer, free_port
 
 SEARCH = ["--problem", "softmax", "--candidates", "2", "--size", "small", "--proposer", "offline", "--language",

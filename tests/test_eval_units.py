@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_kgen
-
 from kgen import verify
 from kgen.harness.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
 from kgen.harness.trace import OpTrace, compute_family
 from kgen.records import EvalResult, EvalSettings
 from kgen.static_checks import check_source, detect_language
+
+from conftest import run_kgen
 
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
 

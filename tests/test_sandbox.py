@@ -15,8 +15,7 @@ import torch
 from kgen.ablation import ablate_triton_kernels, ablated_kernel_names
 from kgen.harness import seccomp
 from kgen.harness.protocol import BadFrame, Channel, ChannelTimeout, HostArena, Layout, RunnerJob
-from kgen.sandbox import (BoundedLog, SandboxMode, SandboxSpec, bwrap_command, bwrap_path, kgen_package_dir,
-                          sandbox_env)
+from kgen.sandbox import BoundedLog, SandboxMode, SandboxSpec, bwrap_command, bwrap_path, kgen_package_dir, sandbox_env
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
 
@@ -169,7 +168,8 @@ def test_host_arena_is_shared_between_processes_and_regions_are_aligned():
     arena = HostArena(layout.size)
     arena.tensor(x).copy_(torch.arange(15, dtype=torch.float32).view(3, 5))
     code = ("import os, sys, torch; from kgen.harness.protocol import HostArena, Layout;"
-            "layout = Layout.from_json(__import__('json').loads(sys.argv[2])); a = HostArena(layout.size, int(sys.argv[1]));"
+            "layout = Layout.from_json(__import__('json').loads(sys.argv[2]));"
+            "a = HostArena(layout.size, int(sys.argv[1]));"
             "x = a.tensor(layout.regions['x']); a.tensor(layout.regions['y']).copy_(torch.arange(7) * 2);"
             "print(float(x.sum()))")
     done = subprocess.run([sys.executable, "-c", code, str(arena.fd), json.dumps(layout.to_json())],

@@ -8,11 +8,11 @@ from dataclasses import asdict
 import pytest
 from rich.console import Console
 
+from kgen.cluster import _check_reachable
 from kgen.errors import KgenError
 from kgen.progress import SearchCounts, SearchProgress, summary_lines
 from kgen.records import EvalResult
 from kgen.search import SearchConfig, SearchSummary, validate
-from kgen.cluster import _check_reachable
 
 
 def correct(speedup_eager=None, speedup_compile=None) -> EvalResult:

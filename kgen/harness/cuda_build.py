@@ -22,6 +22,7 @@ The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen.harness.cuda_build.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import inspect
@@ -32,11 +33,11 @@ import shutil
 import subprocess
 import sysconfig
 import time
-import contextlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 

@@ -96,7 +96,8 @@ class CudaArena:
         granularity = ctypes.c_size_t()
         prop = _prop(device_index)
         _check(_cuda().cuMemGetAllocationGranularity(ctypes.byref(granularity), ctypes.byref(prop),
-                                                     CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity")
+                                                     CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+               "cuMemGetAllocationGranularity")
         g = granularity.value
         return max(g, (size + g - 1) // g * g)
 
@@ -114,7 +115,7 @@ class CudaArena:
         return ptr.value
 
     @classmethod
-    def create(cls, size: int, device_index: int) -> "CudaArena":
+    def create(cls, size: int, device_index: int) -> CudaArena:
         """A new allocation of at least `size` bytes on the device, exportable as a descriptor."""
         import torch
 
@@ -132,7 +133,7 @@ class CudaArena:
         return cls(handle.value, ptr, size, device_index, fd.value)
 
     @classmethod
-    def attach(cls, size: int, fd: int, device_index: int) -> "CudaArena":
+    def attach(cls, size: int, fd: int, device_index: int) -> CudaArena:
         """Map the allocation behind a descriptor the judge sent."""
         import torch
 

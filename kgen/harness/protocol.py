@@ -15,6 +15,7 @@ the candidate's outputs into the arena's output regions, where the judge reads t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -50,7 +51,7 @@ class Channel:
         self._fds: list[int] = []
 
     @classmethod
-    def from_fd(cls, fd: int) -> "Channel":
+    def from_fd(cls, fd: int) -> Channel:
         return cls(socket.socket(fileno=fd))
 
     def send(self, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
@@ -145,10 +146,11 @@ class Layout:
         return {"size": self.size, "regions": [asdict(r) for r in self.regions.values()]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Layout":
+    def from_json(cls, data: dict[str, Any]) -> Layout:
         layout = cls(size=int(data["size"]))
         for r in data["regions"]:
-            layout.regions[r["name"]] = Region(r["name"], int(r["offset"]), r["dtype"], tuple(int(s) for s in r["shape"]))
+            shape = tuple(int(s) for s in r["shape"])
+            layout.regions[r["name"]] = Region(r["name"], int(r["offset"]), r["dtype"], shape)
         return layout
 
 
@@ -175,10 +177,8 @@ class HostArena:
         return flat.view(region.shape)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(BufferError):  # a tensor still views it; the mapping goes with the process
             self.map.close()
-        except BufferError:  # a tensor still views it; the mapping goes with the process
-            pass
         os.close(self.fd)
 
 

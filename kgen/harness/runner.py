@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from kgen.harness.protocol import Channel, ChannelClosed, Layout, RunnerJob, decode_value, open_arena
 
@@ -192,7 +192,7 @@ def _triton_warm_up(device) -> None:
 
 
 class _NoTrace(contextlib.nullcontext):
-    work: dict = {}
+    work: ClassVar[dict] = {}
 
 
 class _NullModel:
@@ -235,7 +235,8 @@ class Runner:
                     shutil.copytree(source, os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True,
                                     copy_function=_copy_if_new)
         os.environ.update(job.env)
-        from kgen.harness.cuda_build import BuildLog, install as install_cuda_builders
+        from kgen.harness.cuda_build import BuildLog
+        from kgen.harness.cuda_build import install as install_cuda_builders
         from kgen.harness.trace import ForbiddenUseRecorder, LaunchCounter
 
         self.build_log = BuildLog()
@@ -283,6 +284,9 @@ class Runner:
                 out.append(self._value(v))
         return out
 
+    def forbidden_message(self) -> str:
+        return f"the candidate tried to {'; '.join(self.recorders.uses)}; candidates may not"
+
     def fail(self, exc: BaseException, stage: str, module: str) -> None:
         names = self.counter.names.get(module, [])
         self.channel.send(dict(classify(exc, stage, self.build_log, self.files.get(module, ""), names),
@@ -321,7 +325,7 @@ class Runner:
             return
         if self.recorders.uses:
             self.channel.send({"type": "failed", "outcome": "static_reject", "stage": stage,
-                               "message": f"the candidate tried to {'; '.join(self.recorders.uses)}; candidates may not"})
+                               "message": self.forbidden_message()})
             return
         self.channel.send({"type": "loaded", "weights": weights, "builds": self.build_log.builds})
 
@@ -368,12 +372,13 @@ class Runner:
             return
         if self.recorders.uses:
             self.channel.send({"type": "failed", "outcome": "static_reject", "stage": message.get("stage", "forward"),
-                               "message": f"the candidate tried to {'; '.join(self.recorders.uses)}; candidates may not"})
+                               "message": self.forbidden_message()})
             return
+        peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
         self.channel.send({"type": "output", "outputs": described, "work": trace.work,
-                           "launches": self.counter.launches.get(module, 0), "kernels": self.counter.names.get(module, []),
-                           "seconds": time.perf_counter() - started,
-                           "peak_bytes": torch.cuda.max_memory_allocated(self.device) if self.cuda else None})
+                           "launches": self.counter.launches.get(module, 0),
+                           "kernels": self.counter.names.get(module, []),
+                           "seconds": time.perf_counter() - started, "peak_bytes": peak})
 
     def timed(self, message: dict[str, Any]) -> None:
         """One timed call (GPU): CUDA events around forward and a device-wide synchronize; the outputs
@@ -464,10 +469,8 @@ def _start_up() -> dict[str, float]:
     # in; the compile step publishes from it). Set before triton is imported.
     os.environ["TRITON_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), "triton-cache")
     import torch
-    try:
+    with contextlib.suppress(ImportError):
         import triton  # noqa: F401
-    except ImportError:
-        pass
     if os.environ.get("KGEN_RUNNER_KIND", "run") == "run":
         from kgen.harness.trace import OpTrace
 
@@ -520,10 +523,8 @@ def main() -> None:
     except BaseException as e:  # noqa: BLE001 - setup failed before any candidate code ran: the judge's problem
         channel.send({"type": "setup_failed", "message": _tail_of_traceback(e)})
         os._exit(3)
-    try:
+    with contextlib.suppress(ChannelClosed):
         runner.serve()
-    except ChannelClosed:
-        pass
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -385,7 +385,7 @@ class OpenAIProposer:
         except KgenError as e:
             self._stop.set()
             return e
-        except Exception as e:  # noqa: BLE001 - one bad reply must not end the search
+        except Exception as e:
             log.exception("request failed unexpectedly")
             return CallResult(attempts=1, error=f"{type(e).__name__}: {_one_line(str(e))}")
 
