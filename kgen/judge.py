@@ -563,14 +563,25 @@ class Judge:
             self.versions = {k: _text(versions.get(k), 64) for k in ("torch_version", "triton_version", "cuda_version")}
         return slot
 
-    def reference_runner(self, job: RunnerJob) -> Optional[RunnerSlot]:
+    def reference_runner_begin(self, job: RunnerJob) -> Optional[RunnerSlot]:
         """A second runner, given the same job but never any candidate code: the timing's trusted
-        measure of its own overhead. None when it cannot start (the calibration made before the
-        candidate was loaded stands in)."""
+        measure of its own overhead. Its job is sent now and its setup (a CUDA context, the arena)
+        runs while the candidate is verified; `reference_runner_end` waits for it."""
         try:
             slot = self.take(str(self.device), "run")
-            self.started(slot, "the reference runner's start")
             slot.channel.send(asdict(job), fds=(self.arena.fd,))
+            return slot
+        except (HarnessFault, OSError) as e:
+            self.evidence.details["reference_runner"] = f"not available: {e}"
+            return None
+
+    def reference_runner_end(self, slot: Optional[RunnerSlot]) -> Optional[RunnerSlot]:
+        """The reference runner once sealed; None when it could not start (the calibration made before
+        the candidate was loaded stands in)."""
+        if slot is None:
+            return None
+        try:
+            self.started(slot, "the reference runner's start")
             self.receive(slot, "the reference runner's setup", ("sealed",))
             return slot
         except (HarnessFault, Verdict) as e:
@@ -798,6 +809,8 @@ class Judge:
         details["sandbox"] = {"kind": str(self.mode)}
         if self.gpu:
             torch.cuda.reset_peak_memory_stats(self.device)
+            if self.spares is not None:  # spares started during the last evaluation make their contexts now,
+                self.spares.warm()  # while this one's reference and compile step run, not during its timing
         try:
             trials = self.make_trials()
             self.reference_profile(self.make(trials[0]).inputs)
@@ -815,6 +828,7 @@ class Judge:
                 self.phase("compile_s")
                 if self.language == "cuda" and not self.gpu:  # compiled, but nothing can run here
                     raise Verdict(NOT_RUN, _cuda_not_run_message(details))
+            reference = None
             for _attempt in range(2):
                 slot = self.start_runner(job)
                 details["sandbox"]["isolation"] = slot.process.isolation
@@ -822,6 +836,8 @@ class Judge:
                 if watch is not None:
                     watch.calibrate()
                     self.phase("calibration_s")
+                    if reference is None:
+                        reference = self.reference_runner_begin(job)
                 try:
                     if ablated is not None:
                         self.ablation(slot, trials, ablated)
@@ -834,7 +850,7 @@ class Judge:
                     ablated = None
             timing = None
             if self.gpu:
-                watch.reference = self.reference_runner(job)
+                watch.reference = self.reference_runner_end(reference)
                 timing = self.timing(slot, watch)
                 self.phase("timing_s")
                 self.audit_gpu_kernels(slot)

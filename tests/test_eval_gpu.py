@@ -43,14 +43,21 @@ GPU_EXPECTED = {
 @pytest.fixture(scope="module")
 def gpu_results():
     from kgen.evaluate import evaluate_candidate
+    from kgen.judge import SpareRunners
     from kgen.records import EvalSettings
+    from kgen.sandbox import SandboxMode
+
+    spares = SpareRunners(SandboxMode.BWRAP)  # started sandboxes kept ready, as a search's evaluator keeps them
 
     def evaluate(name):
         settings = EvalSettings(device="cuda", size="small", timeout_s=30 if name == "infinite_loop" else 300,
                                 min_timed_runs=20, min_timed_s=0.1)
-        return name, evaluate_candidate("softmax", (CANDIDATES / f"{name}.py").read_text(), settings)
+        return name, evaluate_candidate("softmax", (CANDIDATES / f"{name}.py").read_text(), settings, spares)
 
-    return dict(map(evaluate, GPU_EXPECTED))
+    try:
+        return dict(map(evaluate, GPU_EXPECTED))
+    finally:
+        spares.close()
 
 
 @pytest.mark.parametrize("name", sorted(GPU_EXPECTED))
