@@ -52,6 +52,7 @@ class LeaderboardRow:
     run_id: Optional[int]
     evaluated_at: dt.datetime
     evaluation_id: int
+    sandbox: Optional[str] = None  # "none": evaluated with --no-sandbox (the table says so beside the device)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -97,7 +98,7 @@ def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional
                 compile_ms=e.compile_ms, speedup_eager=e.speedup_eager, speedup_compile=e.speedup_compile,
                 roofline_pct=e.roofline_pct, rtol=e.rtol, atol=e.atol, torch_ops=list(e.torch_ops or []),
                 round=c.round, proposer=c.proposer, model=c.model, run_id=c.run_id, evaluated_at=e.created_at,
-                evaluation_id=e.id))
+                evaluation_id=e.id, sandbox=e.sandbox))
     return rows
 
 
@@ -114,7 +115,8 @@ COLUMNS = (
 
 
 def row_cells(r: LeaderboardRow) -> list[str]:
-    return [str(r.candidate_id), r.problem, r.language, r.device, r.size, fmt.ms(r.runtime_ms), fmt.ms(r.eager_ms),
+    device = f"{r.device} [no sandbox]" if r.sandbox == "none" else r.device
+    return [str(r.candidate_id), r.problem, r.language, device, r.size, fmt.ms(r.runtime_ms), fmt.ms(r.eager_ms),
             fmt.ms(r.compile_ms), fmt.speedup(r.speedup_eager), fmt.speedup(r.speedup_compile),
             fmt.pct(r.roofline_pct), fmt.tol(r.rtol), ", ".join(r.torch_ops) or fmt.MISSING,
             fmt.MISSING if r.round is None else str(r.round), fmt.proposer(r.proposer, r.model),

@@ -166,3 +166,28 @@ def test_candidate_detail_of_an_unknown_id_is_a_kgen_error(results):
     path, _ = results
     with pytest.raises(KgenError, match="no candidate with id 4242"):
         candidate_detail(open_db(str(path), create=False), 4242)
+
+
+def test_a_result_evaluated_without_the_sandbox_says_so_on_the_board(tmp_path):
+    from test_leaderboard_fixtures import _add, _run, starter
+
+    path = tmp_path / "results.db"
+    db = open_db(str(path))
+    try:
+        p, run = _run(db, "softmax", "full", H100, "offline", None, 1, 2)
+        fast = _add(db, p, run, 0, starter("softmax", "triton_online_two_pass"), "triton", "correct",
+                    runtime_ms=0.9, eager_ms=1.4)
+        # the same search's other candidate, evaluated with --no-sandbox (its details say so, as the judge writes them)
+        slow = _add(db, p, run, 0, starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024), "triton", "correct")
+        store.add_evaluation(db, slow, EvalResult(outcome="correct", language="triton", device=H100, size="full",
+                                                  runtime_ms=0.8, details={"sandbox": {"kind": "none"}}))
+    finally:
+        db.close()
+    rows = leaderboard(open_db(str(path), create=False), include_all=True)
+    assert {r.candidate_id: r.sandbox for r in rows} == {slow: "none", fast: None}  # the fixture records no kind
+    listed = list(csv.DictReader(io.StringIO(run_kgen("leaderboard", "--all", "--format", "csv", "--db",
+                                                       str(path)).stdout)))
+    assert {int(r["candidate_id"]): r["sandbox"] for r in listed} == {slow: "none", fast: ""}
+    table = run_kgen("leaderboard", "--all", "--format", "markdown", "--db", str(path)).stdout
+    marked = [line for line in table.splitlines() if "[no sandbox]" in line]
+    assert len(marked) == 1 and f"| {slow} |" in marked[0]
