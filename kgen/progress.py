@@ -117,7 +117,9 @@ class SearchProgress:
         c.round_index = round_index
         if c.first_round_started is None:
             c.first_round_started = time.monotonic()
-        self._line(f"round {round_index + 1}/{c.rounds_total}")
+        behind = c.rounds_done < round_index  # rounds overlap: this one is proposed while earlier ones run
+        self._line(f"round {round_index + 1}/{c.rounds_total}" +
+                   (f" (proposed while round {c.rounds_done + 1} is still evaluated)" if behind else ""))
 
     def proposed(self, count: int, no_code: int) -> None:
         self._round_known(count)

@@ -80,6 +80,22 @@ def test_plain_progress_writes_one_line_per_event():
     assert progress.counts.outcomes == {"no_code": 1, "runtime_error": 1}
 
 
+def test_a_round_proposed_before_the_last_one_finished_says_so():
+    out = io.StringIO()
+    progress = SearchProgress(Console(file=out, width=200))
+    progress.start(run_id=1, problem="softmax", size="small", device="cpu", proposer="offline", rounds_total=3,
+                   rounds_done=0, evaluators=1, resumed=False)
+    progress.round_started(0)
+    progress.round_started(1)  # overlapped: round 1 is still being evaluated
+    progress.round_finished(0)
+    progress.round_started(2)  # round 2 is still being evaluated
+    progress.round_finished(1)
+    lines = out.getvalue().splitlines()
+    assert lines[1].endswith("round 1/3")
+    assert lines[2].endswith("round 2/3 (proposed while round 1 is still evaluated)")
+    assert lines[4].endswith("round 3/3 (proposed while round 2 is still evaluated)")
+
+
 def test_summary_names_the_winner_its_speedups_and_the_export_command():
     summary = SearchSummary(run_id=3, status="finished", problem="softmax", device="NVIDIA H100", rounds_done=10,
                             rounds_planned=10, candidates=80, correct=31, best_id=42, best_runtime_ms=0.5,
