@@ -69,6 +69,8 @@ def evaluator_placement(nodes: list[dict]) -> Placement:
     if any(gpus):
         return Placement(sum(gpus), dict(num_cpus=1, num_gpus=1), "1 per GPU")
     cpus = sum(int(r.get("CPU", 0)) for r in alive)
+    if cpus == 2:  # two evaluators on half a CPU each (the interpreter leaves gaps), one CPU for compile tasks
+        return Placement(2, dict(num_cpus=0.5), "CPUs (no GPU: Triton's interpreter)")
     return Placement(max(1, cpus - 1), dict(num_cpus=1), "CPUs (no GPU: Triton's interpreter)")
 
 

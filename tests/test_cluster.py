@@ -46,8 +46,9 @@ def _node(alive=True, **resources) -> dict:
     ([_node(CPU=16, GPU=8, kgen_gpu=2), _node(CPU=4, kgen_gpu=3), _node(CPU=16, GPU=8)], 2,
      dict(num_cpus=1, num_gpus=1, resources={"kgen_gpu": 1})),
     ([_node(CPU=4), _node(CPU=2)], 5, dict(num_cpus=1)),  # no GPU anywhere: CPU evaluators, one CPU left over
+    ([_node(CPU=2)], 2, dict(num_cpus=0.5)),  # a 2-core machine: two evaluators share one CPU, one for compiles
     ([_node(CPU=4, GPU=2, alive=False), _node(CPU=2, GPU=1)], 1, dict(num_cpus=1, num_gpus=1)),
-], ids=["one-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "dead-nodes-ignored"])
+], ids=["one-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "two-cores", "dead-nodes-ignored"])
 def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
     placement = evaluator_placement(nodes)
     assert (placement.count, placement.actor_options) == (count, options)
