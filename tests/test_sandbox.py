@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,3 +211,20 @@ def test_ablation_empties_launched_kernels_and_keeps_device_helpers():
     assert "return x * 2" in ablated  # the helper keeps its body
     assert "tl.store" not in ablated and "helper(tl.load" not in ablated
     assert ablate_triton_kernels("class ModelNew: pass\n") is None
+
+
+def test_the_runners_package_imports_nothing_of_the_judge_the_db_ray_the_llm_client_or_rich():
+    """What runs beside a candidate (kgen/harness/) must not drag in kgen's trusted side: a candidate
+    that walks sys.modules finds no DB session, Ray handle, API client or judge there."""
+    code = ("import sys, pkgutil, importlib, kgen.harness as h\n"
+            "for m in pkgutil.iter_modules(h.__path__):\n"
+            "    importlib.import_module('kgen.harness.' + m.name)\n"
+            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('sqlalchemy', 'ray', 'openai', 'rich', "
+            "'jinja2', 'alembic', 'typer') or n in ('kgen.judge', 'kgen.db', 'kgen.store', 'kgen.verify', "
+            "'kgen.evaluate', 'kgen.search', 'kgen.workers'))\n"
+            "print(len(list(pkgutil.iter_modules(h.__path__))), bad)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, bad = done.stdout.strip().split(" ", 1)
+    assert int(count) >= 6 and bad == "[]"
