@@ -123,8 +123,9 @@ def compare(out, ref):
 
 
 def nvcc_compile(src, tag, kernels_only):
-    from torch.utils.cpp_extension import include_paths
     import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
     with tempfile.TemporaryDirectory() as d:
         cu = os.path.join(d, tag + ".cu")
         with open(cu, "w") as f:
@@ -141,7 +142,7 @@ def nvcc_compile(src, tag, kernels_only):
         r = subprocess.run(cmd, capture_output=True, text=True)
         dt = time.time() - t0
         lines = (r.stdout + r.stderr).splitlines()
-        info = [l.strip() for l in lines if "registers" in l or "spill" in l and "0 bytes spill" not in l]
+        info = [l.strip() for l in lines if "registers" in l or ("spill" in l and "0 bytes spill" not in l)]
         errors = [l for l in lines if "error" in l]
         return r.returncode == 0, dt, errors, info
 

@@ -3,7 +3,6 @@ and some tunable variants, against float64 references; also times eager torch an
     python benchmarks/gpu_check_advanced.py [--quick]
 """
 import importlib.util
-import math
 import multiprocessing as mp
 import os
 import re
@@ -96,7 +95,7 @@ def main():
                 try:
                     y = model(x); torch.cuda.synchronize()
                     ok, rel = compare(y, torch.softmax(x.double(), 1))
-                except Exception as e:  # noqa: BLE001
+                except Exception:  # noqa: BLE001
                     ok, rel = False, float("nan"); print(traceback.format_exc()[-1500:])
                 if not ok or shp == (4096, 65536):
                     print(f"softmax {v} {shp} x{scale:g}: {'OK' if ok else 'FAIL'} rel {rel:.2e}")
@@ -133,7 +132,7 @@ def main():
                         ref = torch.nn.functional.layer_norm(x.double(), nshape, model.ln.weight.double(),
                                                              model.ln.bias.double(), model.ln.eps)
                     ok, rel = compare(y, ref)
-                except Exception as e:  # noqa: BLE001
+                except Exception:  # noqa: BLE001
                     ok, rel = False, float("nan"); print(traceback.format_exc()[-1500:])
                 if not ok or xshape == (16, 64, 256, 256):
                     print(f"layernorm {v} {xshape} x{scale:g}: {'OK' if ok else 'FAIL'} rel {rel:.2e}")

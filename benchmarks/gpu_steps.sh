@@ -6,6 +6,8 @@
 #   search:PROBLEM:ROUNDS:N[:LANG]  kgen search (offline proposer); an unfinished run of the same problem,
 #                                rounds, candidates and language in the DB is resumed instead of restarted
 #   bench:P1,P2:ROUNDS:N[:LANG]  kgen bench -> $OUT/bench/
+#   bench                        kgen bench with its defaults on a fresh DB (the < 300 s budget) -> $OUT/bench-default/
+#   scaling:P1,P2:ROUNDS:N[:LANG]  kgen bench --gpus 1 --gpus 2 (a pass, DB and caches per count) -> $OUT/scaling/
 #   sweep:PROBLEM:STARTER[:A=1,2+B=3,4]  benchmarks/sweep.py over the grid -> $OUT/sweepI-PROBLEM-STARTER.json
 # Each step gets the time left (a step cut off by it is marked interrupted, and resumes next call).
 # Everything the steps print goes to $OUT/steps.log; the DB ($KGEN_DB) is saved to $OUT/h100.db.
@@ -43,9 +45,19 @@ for step in "$@"; do
             echo "kgen search ${args[*]}" | tee -a "$log"
             timeout -s INT "$t" python3 -m kgen search "${args[@]}" --db "$KGEN_DB" --quiet --timeout 150 2>&1 \
               | quiet_ray | tee -a "$log" | tail -4 ;;
-    bench) pargs=(); for p in ${a//,/ }; do pargs+=(--problems "$p"); done
-           timeout -s INT "$t" python3 -m kgen bench "${pargs[@]}" --rounds "$b" --candidates "$c" \
-             --language "${d:-any}" --db "$KGEN_DB" --out "$OUT/bench" --timeout 150 2>&1 | quiet_ray | tee -a "$log" | tail -4 ;;
+    bench) if [ -z "$a" ]; then
+             started=$SECONDS
+             timeout -s INT "$t" python3 -m kgen bench --out "$OUT/bench-default" 2>&1 | quiet_ray | tee -a "$log" | tail -12
+             echo "kgen bench (defaults, fresh DB): $((SECONDS - started)) s wall" | tee -a "$log"
+           else
+             pargs=(); for p in ${a//,/ }; do pargs+=(--problems "$p"); done
+             timeout -s INT "$t" python3 -m kgen bench "${pargs[@]}" --rounds "$b" --candidates "$c" \
+               --language "${d:-any}" --db "$KGEN_DB" --out "$OUT/bench" --timeout 150 2>&1 | quiet_ray | tee -a "$log" | tail -4
+           fi ;;
+    scaling) pargs=(); for p in ${a//,/ }; do pargs+=(--problems "$p"); done
+             timeout -s INT "$t" python3 -m kgen bench "${pargs[@]}" --rounds "$b" --candidates "$c" \
+               --language "${d:-triton}" --gpus 1 --gpus 2 --out "$OUT/scaling" --timeout 150 2>&1 | quiet_ray \
+               | tee -a "$log" | tail -6 ;;
     sweep) gargs=(); [ -n "$c" ] && for g in ${c//+/ }; do gargs+=(--grid "$g"); done
            timeout "$t" python3 benchmarks/sweep.py "$a" "$b" "${gargs[@]}" --budget-s $(( t - 20 )) \
              --json "$OUT/sweep$((++nsweep))-$a-${b%.py}.json" 2>&1 | tee -a "$log" | tail -3 ;;

@@ -32,7 +32,7 @@ DEVICE = "cuda" if GPU else "cpu"
 
 import triton  # noqa: E402
 
-from kgen.eval_worker import _copy_weights  # noqa: E402
+from kgen.harness.runner import copy_weights  # noqa: E402
 from kgen.problems import load_problem, problems_dir  # noqa: E402
 from kgen.proposers.offline import apply_changes, find_tunables  # noqa: E402
 
@@ -75,7 +75,7 @@ def matched_model_new(mod, problem, ref_model):
     torch.manual_seed(0)
     with torch.device(DEVICE):
         new = mod.ModelNew(*problem.init_inputs())
-    _copy_weights(new, ref_model)  # the harness's rule: by name, else by position, else where names agree
+    copy_weights(new, ref_model.state_dict())  # the harness's rule: by name, else by position, else where names agree
     return new.eval()
 
 

@@ -1,6 +1,6 @@
-"""Baselines: the reference timed eager, under torch.compile and torch.compile(max-autotune), by the
-same timing code as candidates, in a child process, cached in the DB's `baselines` table per
-(problem hash, size, device, torch version, triton version).
+"""Baselines: the reference timed eager, under torch.compile and torch.compile(max-autotune), under the
+same conditions as candidates (kgen.timing), in a child process of kgen's own (kgen.baseline_worker),
+cached in the DB's `baselines` table per (problem hash, size, device, torch version, triton version).
 
 Eager runs with PyTorch's defaults as users get them (TF32 off for matmul, on for cuDNN
 convolutions); the flags in force are stored with the row.
@@ -16,7 +16,6 @@ from sqlalchemy.exc import IntegrityError
 
 from kgen.db import Baseline, Database
 from kgen.problems import Problem
-from kgen.sandbox import run_worker
 
 BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
 
@@ -50,10 +49,39 @@ def _cached(db: Database, problem: Problem, device_name: str, torch_version: str
             Baseline.triton_version == triton_version)).first()
 
 
-def get_baselines(db: Database, problem: Problem, device: str) -> Optional[tuple[Optional[float], Optional[float],
-                                                                           Optional[float]]]:
+def _time_in_child(job: dict) -> Optional[dict]:
+    """Run kgen.baseline_worker on `job`; its result, or None if it failed or timed out."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "kgen.baseline_worker", str(write)], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write,),
+                                start_new_session=True)
+    finally:
+        os.close(write)
+    with os.fdopen(read) as result:
+        try:
+            proc.communicate(json.dumps(job).encode(), timeout=BASELINE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+        try:
+            sent = json.loads(result.read() or "null")
+        except ValueError:
+            return None
+    return sent if isinstance(sent, dict) and "error" not in sent else None
+
+
+def get_baselines(db: Database, problem: Problem, device: str, max_autotune: bool = True,
+                  ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
-    name), from the DB or measured now and stored; None on the CPU (no times are claimed there)."""
+    name), from the DB or measured now and stored; None on the CPU (no times are claimed there).
+    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached."""
     device_name = _device_key(device)
     if device_name is None:
         return None
@@ -62,11 +90,9 @@ def get_baselines(db: Database, problem: Problem, device: str) -> Optional[tuple
     torch_version, triton_version = torch.__version__, _version("triton")
     row = _cached(db, problem, device_name, torch_version, triton_version)
     if row is None:
-        job = {"mode": "baseline", "problem_path": str(problem.path), "size": problem.size, "device": "cuda"}
-        run = run_worker(job, BASELINE_TIMEOUT_S, "cuda")
-        if run.result is None or run.result.get("outcome") == "runtime_error":
+        sent = _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune})
+        if sent is None:
             return None
-        sent = run.result
         settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
         try:
             with db.session() as s:

@@ -1,16 +1,36 @@
 """`kgen bench`: kernel quality against torch, torch.compile and the roofline, and search throughput.
 
 For each problem: a search with the offline proposer on a fixed seed and budget, then one table row
-(eager, torch.compile default and max-autotune, the best kgen kernel, speedups, % of roofline) and one
-row of search statistics (candidates evaluated per minute, the share of wall time the GPU was busy
-evaluating, median compile time per candidate, wall time). Written as markdown and JSON under --out.
+(eager, torch.compile, optionally max-autotune, the best kgen kernel, speedups, % of roofline) and one
+row of search statistics (candidates evaluated per minute, the share of the evaluation span the GPUs
+were busy, median compile time, the seconds before the first candidate reached a GPU). Each
+problem's rows are handed to `on_problem` and bench.md / bench.json rewritten as soon as its search
+ends, so a run cut off by a deadline still leaves every finished problem's results.
+
+The searches share one Ray cluster. With several GPU counts (`gpu_counts=(1, 2)`) the problem set runs
+once per count, each on a fresh local cluster using the first that many GPUs, with a DB and caches
+of its own (so no count inherits another's candidates or compiled kernels), and a scaling table
+compares their evaluation rates.
+
+The default budget (five problems, 2 rounds of 2 Triton candidates, eager and torch.compile
+baselines; max-autotune on request) is sized to end in under 300 s on an H100 with a fresh DB, from
+the figures in benchmarks/RESULTS.md: a Triton candidate's GPU stage takes 4.9-5.6 s, so the four
+candidates of a problem keep the GPU ~22 s (six took ~32 s); the best kernel of every problem is a
+starter, and each problem's first round holds its two best; fresh baselines, timed before any
+candidate, are eager (about a second of timed runs) and torch.compile (one compile), without
+max-autotune's minutes of autotuning; and the cluster starts once, not once per problem.
+The JSON's `elapsed_s` (per problem, since the bench began) and `startup_s` (a search's start to its
+first candidate on a GPU: baselines and evaluator start) show where the time went.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -18,7 +38,18 @@ from typing import Optional
 from sqlalchemy import select
 
 from kgen.db import Baseline, Candidate, Database, Evaluation, Run
+from kgen.errors import KgenError
 from kgen.store import correct_candidates
+
+DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
+
+
+def parse_problems(values: Optional[list[str]]) -> list[str]:
+    """`--problems` as given (`a b`, `a,b`, or both), each once in order; none: DEFAULT_PROBLEMS."""
+    names = [name.strip() for value in values or () for name in value.split(",")]
+    return list(dict.fromkeys(n for n in names if n)) or list(DEFAULT_PROBLEMS)
+# The caches each GPU-count pass gets afresh (environment variable -> folder under --out).
+PASS_CACHES = {"KGEN_CACHE_DIR": "kgen-cache", "TRITON_CACHE_DIR": "triton-cache"}
 
 
 @dataclass
@@ -51,7 +82,10 @@ class ThroughputRow:
     compile_s_median: Optional[float]
     gpus: int = 1
     timing_share: Optional[float] = None  # of the same span, the share spent inside the timing loops
-    gpu_eval_s_median: Optional[float] = None  # one candidate's GPU-stage process, start to result
+    gpu_eval_s_median: Optional[float] = None  # one candidate's GPU stage, start to result
+    startup_s: Optional[float] = None  # the run's start to its first candidate on a GPU (baselines, evaluator start)
+    eval_span_s: Optional[float] = None  # the first candidate's GPU stage start to the last one's end
+    elapsed_s: Optional[float] = None  # since the bench began, when this problem's search ended
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -98,29 +132,42 @@ def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def throughput_row(db: Database, run_id: int) -> ThroughputRow:
-    """Throughput from what the search stored: each GPU-stage evaluation records when its GPU work
-    began and ended (details.gpu_start/gpu_end, epoch seconds), each prebuild its compile_s."""
+def gpu_interval(details: Optional[dict]) -> Optional[tuple[float, float]]:
+    """When a candidate held its GPU (epoch s): the evaluation process's own window where the evaluator
+    recorded it (details.gpu_start/gpu_end), else the evaluator actor's window around the evaluation
+    (details.nodes.evaluation.start/end)."""
+    details = details or {}
+    if "gpu_start" in details and "gpu_end" in details:
+        return details["gpu_start"], details["gpu_end"]
+    evaluation = (details.get("nodes") or {}).get("evaluation") or {}
+    if "start" in evaluation and "end" in evaluation:
+        return evaluation["start"], evaluation["end"]
+    return None
+
+
+def _epoch(when: dt.datetime) -> float:
+    return when.replace(tzinfo=dt.timezone.utc).timestamp()  # the DB stores naive UTC
+
+
+def throughput_row(db: Database, run_id: int, elapsed_s: Optional[float] = None) -> ThroughputRow:
+    """Throughput from what the search stored: each evaluation records when its GPU work began and
+    ended (see gpu_interval), each prebuild its compile_s."""
     with db.reader() as s:
         run = s.get(Run, run_id)
         rows = list(s.execute(select(Evaluation).join(Candidate).where(Candidate.run_id == run_id)).scalars())
     evaluated = [e for e in rows if e.outcome != "no_code"]
-    intervals = [(e.details["gpu_start"], e.details["gpu_end"]) for e in evaluated
-                 if e.details and "gpu_start" in e.details and "gpu_end" in e.details]
+    intervals = [i for i in (gpu_interval(e.details) for e in evaluated) if i is not None]
     end = run.finished_at or max((e.created_at for e in rows), default=run.created_at)
     wall_s = max((end - run.created_at).total_seconds(), 1e-9)
-    busy_share = None
+    gpu_devices = max(1, int((run.settings or {}).get("gpus", 1) or 1))
+    busy_share = timing_share = span = startup = None
     if intervals and run.device and run.device != "cpu":
-        gpu_devices = max(1, int((run.settings or {}).get("gpus", 1)))
         first_start = min(a for a, _ in intervals)  # from the first GPU work: "once round 1 is compiled"
-        last_end = max(b for _, b in intervals)
-        span = max(last_end - first_start, 1e-9)
-        busy_share = _busy_seconds(intervals) / span / gpu_devices if gpu_devices == 1 else \
-            sum(b - a for a, b in intervals) / span / gpu_devices
-    timing_share = None
-    if busy_share is not None:
+        span = max(max(b for _, b in intervals) - first_start, 1e-9)
+        startup = max(first_start - _epoch(run.created_at), 0.0)
+        busy = _busy_seconds(intervals) if gpu_devices == 1 else sum(b - a for a, b in intervals)
+        busy_share = busy / span / gpu_devices
         timed = sum(((e.details or {}).get("phases") or {}).get("timing_s", 0.0) for e in evaluated)
-        gpu_devices = max(1, int((run.settings or {}).get("gpus", 1)))
         timing_share = timed / span / gpu_devices
     compile_times = [e.compile_s for e in evaluated if e.compile_s is not None]
     gpu_evals = [b - a for a, b in intervals]
@@ -128,76 +175,186 @@ def throughput_row(db: Database, run_id: int) -> ThroughputRow:
                          correct=sum(e.outcome == "correct" for e in evaluated), wall_s=wall_s,
                          evaluated_per_min=len(evaluated) / (wall_s / 60.0), gpu_busy_share=busy_share,
                          compile_s_median=statistics.median(compile_times) if compile_times else None,
-                         timing_share=timing_share, gpus=max(1, int((run.settings or {}).get("gpus", 1) or 1)),
-                         gpu_eval_s_median=statistics.median(gpu_evals) if gpu_evals else None)
+                         timing_share=timing_share, gpus=gpu_devices,
+                         gpu_eval_s_median=statistics.median(gpu_evals) if gpu_evals else None,
+                         startup_s=startup, eval_span_s=span, elapsed_s=elapsed_s)
+
+
+@dataclass
+class ScalingRow:
+    """One GPU count's pass over the problem set: evaluations per hour of evaluation span (the GPUs'
+    working time, from each search's first candidate on a GPU to its last result: baselines and
+    evaluator start left out, so a pass that found its baselines cached gains nothing) and of wall time."""
+
+    gpus: int
+    evaluated: int
+    eval_span_s: float
+    wall_s: float
+    per_hour: float
+    per_hour_wall: float
+    vs_first: Optional[float] = None  # per_hour / the first count's per_hour
+
+
+def scaling_rows(passes: dict[int, list[ThroughputRow]]) -> list[ScalingRow]:
+    """One row per GPU count, in the order the passes ran."""
+    rows = []
+    for gpus, throughput in passes.items():
+        evaluated = sum(t.evaluated for t in throughput)
+        span = sum(t.eval_span_s or 0.0 for t in throughput)
+        wall = sum(t.wall_s for t in throughput)
+        rows.append(ScalingRow(gpus=gpus, evaluated=evaluated, eval_span_s=span, wall_s=wall,
+                               per_hour=evaluated / span * 3600 if span else 0.0,
+                               per_hour_wall=evaluated / wall * 3600 if wall else 0.0))
+    for row in rows:
+        row.vs_first = _ratio(row.per_hour, rows[0].per_hour) if rows else None
+    return rows
 
 
 def _f(v: Optional[float], fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header: str) -> str:
-    lines = [header, "",
-             "| problem | eager ms | torch.compile ms | max-autotune ms | floor ms | kgen ms | vs eager | vs compile "
-             "| vs max-autotune | % roofline | best id | language |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for q in quality:
-        lines.append(f"| {q.problem} | {_f(q.eager_ms)} | {_f(q.compile_ms)} | {_f(q.max_autotune_ms)} | "
-                     f"{_f(q.floor_ms)} | {_f(q.best_ms)} | {_f(q.speedup_eager, '{:.2f}x')} | "
-                     f"{_f(q.speedup_compile, '{:.2f}x')} | {_f(q.speedup_max_autotune, '{:.2f}x')} | "
-                     f"{_f(q.roofline_pct, '{:.0f}%')} | {q.best_id or '-'} | {q.best_language or '-'} |")
-    lines += ["", "| problem | run | GPUs | evaluated | correct | wall s | evaluated/min | per GPU-hour | GPU busy | "
-                  "of which timing | GPU eval s (median) | compile s (median) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for t in throughput:
-        lines.append(f"| {t.problem} | {t.run_id} | {t.gpus} | {t.evaluated} | {t.correct} | {t.wall_s:.0f} | "
-                     f"{t.evaluated_per_min:.1f} | {t.evaluated_per_min * 60 / t.gpus:.0f} | {_f(t.gpu_busy_share, '{:.0%}')} | "
-                     f"{_f(t.timing_share, '{:.0%}')} | {_f(t.gpu_eval_s_median, '{:.1f}')} | "
-                     f"{_f(t.compile_s_median, '{:.1f}')} |")
+QUALITY_HEADER = ("| problem | eager ms | torch.compile ms | max-autotune ms | floor ms | kgen ms | vs eager "
+                  "| vs compile | vs max-autotune | % roofline | best id | language |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+THROUGHPUT_HEADER = ("| problem | run | GPUs | evaluated | correct | wall s | evaluated/min | per GPU-hour "
+                     "| GPU busy | of which timing | GPU eval s (median) | compile s (median) | startup s "
+                     "| bench elapsed s |\n"
+                     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+SCALING_HEADER = ("| GPUs | evaluated | evaluation span s | wall s | per hour (span) | per hour (wall) | vs first |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- |")
+
+
+def quality_line(q: QualityRow) -> str:
+    return (f"| {q.problem} | {_f(q.eager_ms)} | {_f(q.compile_ms)} | {_f(q.max_autotune_ms)} | "
+            f"{_f(q.floor_ms)} | {_f(q.best_ms)} | {_f(q.speedup_eager, '{:.2f}x')} | "
+            f"{_f(q.speedup_compile, '{:.2f}x')} | {_f(q.speedup_max_autotune, '{:.2f}x')} | "
+            f"{_f(q.roofline_pct, '{:.0f}%')} | {q.best_id or '-'} | {q.best_language or '-'} |")
+
+
+def throughput_line(t: ThroughputRow) -> str:
+    return (f"| {t.problem} | {t.run_id} | {t.gpus} | {t.evaluated} | {t.correct} | {t.wall_s:.0f} | "
+            f"{t.evaluated_per_min:.1f} | {t.evaluated_per_min * 60 / t.gpus:.0f} | {_f(t.gpu_busy_share, '{:.0%}')} | "
+            f"{_f(t.timing_share, '{:.0%}')} | {_f(t.gpu_eval_s_median, '{:.1f}')} | "
+            f"{_f(t.compile_s_median, '{:.1f}')} | {_f(t.startup_s, '{:.0f}')} | {_f(t.elapsed_s, '{:.0f}')} |")
+
+
+def scaling_line(s: ScalingRow) -> str:
+    return (f"| {s.gpus} | {s.evaluated} | {s.eval_span_s:.0f} | {s.wall_s:.0f} | {s.per_hour:.0f} | "
+            f"{s.per_hour_wall:.0f} | {_f(s.vs_first, '{:.2f}x')} |")
+
+
+def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
+             scaling: Sequence[ScalingRow] = ()) -> str:
+    lines = [header, "", QUALITY_HEADER, *map(quality_line, quality), "", THROUGHPUT_HEADER,
+             *map(throughput_line, throughput)]
+    if scaling:
+        lines += ["", SCALING_HEADER, *map(scaling_line, scaling)]
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: Path, quality: list[QualityRow], throughput: list[ThroughputRow], header: str) -> Path:
+def write_report(out_dir: Path, quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
+                 scaling: Sequence[ScalingRow] = (), complete: bool = True) -> Path:
+    """bench.json and bench.md as they stand (`complete` False: more problems are still to come). Each
+    file is written whole and renamed into place, so a run killed mid-write leaves the last version."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps({"header": header, "when": dt.datetime.now().isoformat(),
-                                                    "quality": [asdict(q) for q in quality],
-                                                    "throughput": [asdict(t) for t in throughput]}, indent=1))
-    md = out_dir / "bench.md"
-    md.write_text(markdown(quality, throughput, header))
-    return md
+    report = {"header": header, "when": dt.datetime.now().isoformat(), "complete": complete,
+              "quality": [asdict(q) for q in quality], "throughput": [asdict(t) for t in throughput],
+              "scaling": [asdict(s) for s in scaling]}
+    for name, text in (("bench.json", json.dumps(report, indent=1)),
+                       ("bench.md", markdown(quality, throughput, header, scaling))):
+        partial = out_dir / f".{name}.partial"
+        partial.write_text(text)
+        partial.replace(out_dir / name)
+    return out_dir / "bench.md"
 
 
-DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
-
-
-def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, out_dir: Path, db: str | None,
-              language: str = "any", timeout_s: float = 300.0, quiet: bool = True,
-              ray_address: Optional[str] = None) -> tuple[Path, str]:
-    """One offline search per problem on a fixed seed and budget, then the two tables."""
+def _header(problems: list[str], *, rounds: int, candidates: int, seed: int, language: str, max_autotune: bool,
+            gpu_counts: Sequence[Optional[int]]) -> str:
     import platform
 
     import torch
     import triton
 
     from kgen import __version__
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no timings)"
+    options = "".join(f" --problems {p}" for p in problems)
+    options += f" --rounds {rounds} --candidates {candidates} --seed {seed} --language {language}"
+    options += " --max-autotune" if max_autotune else ""
+    options += "".join(f" --gpus {g}" for g in gpu_counts if g is not None)
+    return (f"## kgen bench: {device}, torch {torch.__version__}, triton {triton.__version__}, kgen {__version__}, "
+            f"python {platform.python_version()}\n\n`kgen bench{options}`")
+
+
+def problem_summary(t: ThroughputRow) -> str:
+    """One plain line on a finished problem's search, for the console beside its quality row."""
+    parts = [f"{t.evaluated} evaluated ({t.correct} correct) in {t.wall_s:.0f} s"]
+    if t.startup_s is not None:
+        parts.append(f"first candidate on a GPU after {t.startup_s:.0f} s")
+    if t.gpu_busy_share is not None:
+        parts.append(f"{t.evaluated_per_min * 60 / t.gpus:.0f} per GPU-hour, GPU busy {t.gpu_busy_share:.0%}")
+    if t.elapsed_s is not None:
+        parts.append(f"{t.elapsed_s:.0f} s since the bench began")
+    return f"  {t.problem} (run {t.run_id}): " + "; ".join(parts)
+
+
+def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, out_dir: Path, db: str | None,
+              language: str = "triton", timeout_s: float = 300.0, quiet: bool = True,
+              ray_address: Optional[str] = None, max_autotune: bool = False,
+              gpu_counts: Sequence[Optional[int]] = (None,),
+              on_problem: Callable[[QualityRow, ThroughputRow], None] = lambda q, t: None) -> tuple[Path, str]:
+    """One offline search per problem (per GPU count) on a fixed seed and budget, on one Ray cluster
+    per count; `on_problem` gets each problem's rows the moment its search ends, and the report is
+    rewritten then."""
+    from kgen import cluster as ray_cluster
     from kgen.db import open_db
     from kgen.progress import make_progress
     from kgen.search import SearchConfig, run_search
 
-    database = open_db(db or str(out_dir / "bench.db"))
-    quality, throughput = [], []
+    if len(gpu_counts) > 1 and db is not None:
+        raise KgenError("several --gpus passes each write a results DB of their own under --out; leave out --db")
+    for gpus in gpu_counts:
+        if gpus is not None:
+            ray_cluster.check_gpu_count(gpus, ray_address)
+    started = time.monotonic()
+    header = _header(problems, rounds=rounds, candidates=candidates, seed=seed, language=language,
+                     max_autotune=max_autotune, gpu_counts=gpu_counts)
+    quality: list[QualityRow] = []
+    throughput: list[ThroughputRow] = []
+    passes: dict[Optional[int], list[ThroughputRow]] = {}
+    saved_env = {name: os.environ.get(name) for name in PASS_CACHES}
     try:
-        for problem in problems:
-            config = SearchConfig(problem=problem, rounds=rounds, candidates=candidates, proposer="offline",
-                                  language=language, seed=seed, timeout_s=timeout_s)
-            summary = run_search(database, config, ray_address=ray_address, progress=make_progress(quiet))
-            quality.append(quality_row(database, summary.run_id))
-            throughput.append(throughput_row(database, summary.run_id))
+        for gpus in gpu_counts:
+            # A pass of its own: its own DB (the offline proposer skips any source a DB has seen, so a
+            # shared one would give later passes other candidates) and caches (kgen's builds, Triton's
+            # kernels; the local cluster's workers inherit this environment), so every pass does the
+            # same work from the same cold start.
+            database = open_db(db or str(out_dir / ("bench.db" if gpus is None else f"bench-{gpus}gpu.db")))
+            if gpus is not None:
+                for name, folder in PASS_CACHES.items():
+                    os.environ[name] = str((out_dir / f"{folder}-{gpus}gpu").absolute())
+            try:
+                cluster = ray_cluster.connect(ray_address, num_gpus=gpus)
+                for problem in problems:
+                    config = SearchConfig(problem=problem, rounds=rounds, candidates=candidates, proposer="offline",
+                                          language=language, seed=seed, timeout_s=timeout_s,
+                                          baseline_max_autotune=max_autotune)
+                    summary = run_search(database, config, progress=make_progress(quiet), cluster=cluster)
+                    quality.append(quality_row(database, summary.run_id))
+                    throughput.append(throughput_row(database, summary.run_id, time.monotonic() - started))
+                    passes.setdefault(gpus, []).append(throughput[-1])
+                    write_report(out_dir, quality, throughput, header, complete=False)
+                    on_problem(quality[-1], throughput[-1])
+            finally:
+                ray_cluster.shutdown()
+                database.close()
     finally:
-        database.close()
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no timings)"
-    header = (f"## kgen bench: {device}, torch {torch.__version__}, triton {triton.__version__}, kgen {__version__}, "
-              f"python {platform.python_version()}\n\n`kgen bench --problems {' '.join(problems)} --rounds {rounds} "
-              f"--candidates {candidates} --seed {seed} --language {language}`")
-    path = write_report(out_dir, quality, throughput, header)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    scaling = scaling_rows(passes) if len(gpu_counts) > 1 else []
+    path = write_report(out_dir, quality, throughput, header, scaling)
     return path, path.read_text()

@@ -1,7 +1,11 @@
 """The `kgen` command line: a thin shell over the library. Every command is callable from Python too.
 
 Bad input raises KgenError anywhere below; `main` prints it in one line and exits 2
-(`KGEN_DEBUG=1` shows the traceback).
+(`KGEN_DEBUG=1` shows the traceback). Help and bad flags are answered before torch, Ray or
+SQLAlchemy is imported: each command imports what it needs when it runs.
+
+Help texts: each option says what it does, names its value (`--rounds R`), and gives its default
+once, as `[default: ...]` (in words where it depends on the machine).
 """
 
 from __future__ import annotations
@@ -13,17 +17,91 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from typer.core import TyperCommand
 
-from kgen import __version__
+from kgen import __version__, fmt
 from kgen.errors import KgenError
+from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, SIZES
+
+
+class KgenCommand(TyperCommand):
+    """Help as kgen writes it: arguments and options named by what they hold (`--rounds R`), never
+    by their type, and each default said once, as `[default: ...]` (`show_default` holds the words
+    for a default that depends on the machine)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [self.options_metavar, *(_value_name(p) for p in self.get_params(ctx)
+                                        if p.param_type_name == "argument")]
+
+    def format_options(self, ctx, formatter) -> None:
+        arguments, options = [], []
+        for p in self.get_params(ctx):
+            if getattr(p, "hidden", False):
+                continue
+            if p.param_type_name == "argument":
+                arguments.append((_value_name(p), p.help or ""))
+                continue
+            names = ", ".join(sorted(p.opts, key=len)) + "".join(f" / {o}" for o in p.secondary_opts)
+            if not p.is_flag:
+                names += f" {_value_name(p)}"
+            default = _default_text(p)
+            options.append((names, (p.help or "") + (f"  [default: {default}]" if default is not None else "")))
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _value_name(param) -> str:
+    return param.metavar or param.name.upper()
+
+
+def _default_text(param) -> Optional[str]:
+    if isinstance(param.show_default, str):
+        return param.show_default
+    if param.is_flag and param.secondary_opts:
+        return (param.opts[-1] if param.default else param.secondary_opts[0]).lstrip("-")
+    if param.is_flag or param.required or param.default is None or param.show_default is False:
+        return None
+    return f"{param.default:g}" if isinstance(param.default, float) else str(param.default)
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Search for GPU kernels (Triton, CUDA C++) faster than PyTorch.")
 console = Console()
 
-DbOption = typer.Option(None, "--db", help="SQLAlchemy URL or SQLite path (default: KGEN_DB or ./results.db)")
-SizeOption = typer.Option("full", "--size", help="full (the published sizes) or small (for machines without a GPU)")
+DB_DEFAULT = "KGEN_DB, else ./results.db"
+DbOption = typer.Option(None, "--db", metavar="URL|PATH", show_default=DB_DEFAULT,
+                        help="The results DB: a SQLite file or an SQLAlchemy URL.")
+WideOption = typer.Option(False, "--wide", help="Show every column, however wide.")
+NoSandboxOption = typer.Option(False, "--no-sandbox", help="Run candidates without bubblewrap (each still runs in a "
+                               "process of its own, apart from the judge, with an allow-listed environment); every "
+                               "result records it.")
+# Options that take a list: `--problems a b` and `--problems a,b` both work (see expand_list_options).
+LIST_OPTIONS = {"bench": ("--problems",)}
+
+
+def _choice(*choices: str):
+    """A callback that refuses any value but `choices` in one line, before anything heavy is imported."""
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+        if value is not None and value not in choices:
+            name = param.opts[0].lstrip("-")
+            raise KgenError(f"unknown {name} '{value}' (choose {', '.join(choices)})")
+        return value
+    return check
+
+
+def _at_least_1(ctx: typer.Context, param: typer.CallbackParam, value: Optional[int]) -> Optional[int]:
+    if value is not None and value < 1:
+        raise KgenError(f"{param.opts[0]} must be at least 1 (got {value})")
+    return value
+
+
+def _positive(ctx: typer.Context, param: typer.CallbackParam, value: Optional[float]) -> Optional[float]:
+    if value is not None and value <= 0:
+        raise KgenError(f"{param.opts[0]} must be positive (got {value:g})")
+    return value
 
 
 def _version(value: bool) -> None:
@@ -38,24 +116,17 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     pass
 
 
-def _fmt_count(n: float | None, unit: str = "") -> str:
-    if n is None:
-        return "-"
-    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= factor:
-            return f"{n / factor:.2f} {suffix}{unit}"
-    return f"{n:.0f} {unit}".strip()
-
-
-@app.command("problems")
+@app.command(cls=KgenCommand, name="problems")
 def problems_cmd(
-    problems: Optional[list[str]] = typer.Argument(None, help="bundled problem names or KernelBench-format files "
-                                                              "(default: every bundled problem)"),
-    size: Optional[str] = typer.Option(None, "--size", help="full or small (default: both)"),
+    problems: Optional[list[str]] = typer.Argument(None, metavar="[PROBLEM|FILE]...",
+                                                   help="Bundled problem names or KernelBench-format files "
+                                                        "(default: every bundled problem)."),
+    size: Optional[str] = typer.Option(None, "--size", metavar="full|small",
+                                       help="Show one size (default: both, full and small)."),
 ) -> None:
     """Show problems before a search: input and output shapes, FLOPs, bytes moved and floor time on this
     GPU, at the full and small sizes, and which constants the small size sets."""
-    from kgen.problems import SIZES, load_problem, problem_names
+    from kgen.problems import load_problem, problem_names
     from kgen.roofline import device_ceilings, problem_figures
 
     if size is not None and size not in SIZES:
@@ -95,10 +166,10 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     import textwrap
 
     if width is None:
-        return ["  ".join([f.name, f.size, f.dtype, _shapes_text(f), f"FLOPs {_fmt_count(f.flops)}",
-                           f"bytes {_fmt_count(f.bytes_moved, 'B')}", f"floor {_floor_text(f)}"]
+        return ["  ".join([f.name, f.size, f.dtype, _shapes_text(f), f"FLOPs {fmt.si(f.flops)}",
+                           f"bytes {fmt.si(f.bytes_moved, 'B')}", f"floor {_floor_text(f)}"]
                           + ([f"{f.sized_by}: {', '.join(f.changes)}"] if f.changes else [])) for f in figures]
-    cells = [(f.size, f.dtype, _fmt_count(f.flops), _fmt_count(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
+    cells = [(f.size, f.dtype, fmt.si(f.flops), fmt.si(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
     header = ("size", "dtype", "FLOPs", "bytes", "floor")
     widths = [max(len(row[i]) for row in cells + [header]) for i in range(len(header))]
     lead = 2 + widths[0] + 2 + widths[1] + 2  # where the shapes start
@@ -122,20 +193,12 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     return lines
 
 
-@app.command("eval")
-def eval_cmd(
-    problem: str = typer.Argument(..., help="a bundled problem name or a KernelBench-format file"),
-    candidate: str = typer.Argument(..., help="the candidate: a Python file defining ModelNew"),
-    json_out: bool = typer.Option(False, "--json", help="print one JSON object (the evaluation's fields)"),
-    device: Optional[str] = typer.Option(None, "--device", help="cuda | cpu (default: cuda if available, else cpu)"),
-    size: Optional[str] = typer.Option(None, "--size", help="full | small (default: full on cuda, small on cpu)"),
-    timeout: float = typer.Option(300.0, "--timeout", help="seconds the evaluation may take"),
-    rtol: Optional[float] = typer.Option(None, "--rtol", help="relative tolerance (default 1e-5 fp32, 1e-2 fp16/bf16)"),
-    db: Optional[str] = typer.Option(None, "--db", help="a results DB to take (or store) the eager and torch.compile "
-                                                        "baselines from; without it they are not timed"),
-) -> None:
-    """Evaluate one candidate: static checks, compile, verify against the reference and (on a GPU) time it."""
-    import json
+def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None, size: Optional[str] = None,
+                  timeout_s: float = 300.0, rtol: Optional[float] = None, db: Optional[str] = None,
+                  baselines: bool = True, sandbox: bool = True):
+    """`kgen eval` as a function: evaluate the candidate file against `problem`; on a GPU, with the
+    eager and torch.compile baselines (timed once, then taken from the results DB) unless `baselines`
+    is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
     from kgen.evaluate import evaluate_candidate
@@ -149,77 +212,162 @@ def eval_cmd(
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise KgenError(f"cannot read candidate file {candidate}: {e}") from e
+    if rtol is not None and not 0 < rtol < 1:
+        raise KgenError("--rtol must be between 0 and 1")
     if device is None:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if timeout <= 0:
-        raise KgenError("--timeout must be positive")
-    if rtol is not None and not 0 < rtol < 1:
-        raise KgenError("--rtol must be between 0 and 1")
     size = size or ("small" if device == "cpu" else "full")
     loaded = load_problem(problem, size)
-    settings = EvalSettings(device=device, size=size, timeout_s=timeout, rtol=rtol)
-    if db is not None and device != "cpu":
+    settings = EvalSettings(device=device, size=size, timeout_s=timeout_s, rtol=rtol,
+                            sandbox="bwrap" if sandbox else "none")
+    from kgen.sandbox import SandboxMode, check_sandbox
+
+    check_sandbox(SandboxMode(settings.sandbox))
+    if baselines and device != "cpu":
         from kgen.baselines import get_baselines
         from kgen.db import open_db
 
-        baselines = get_baselines(open_db(db), loaded, device)
-        if baselines is not None:
-            settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
-    result = evaluate_candidate(loaded, source, settings)
+        database = open_db(db)
+        print(f"kgen: eager and torch.compile baselines: from {database.url}, or timed now (once) and kept there "
+              "(--no-baselines skips them)", file=sys.stderr)
+        try:
+            times = get_baselines(database, loaded, device)
+        finally:
+            database.close()
+        if times is not None:
+            settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+    return loaded, evaluate_candidate(loaded, source, settings)
+
+
+def eval_lines(problem, result) -> list[str]:
+    """What `kgen eval` prints about a result (after its outcome line)."""
+    lines = [result.message] if result.message else []
+    if result.norm_rel_err is not None:
+        lines.append(f"error: normwise {result.norm_rel_err:.3g}, max abs {result.max_abs_err:.3g}, "
+                     f"max rel {result.max_rel_err:.3g} (rtol {fmt.tol(result.rtol)}, atol {fmt.tol(result.atol)})")
+    if result.torch_ops:
+        lines.append(f"torch operators still called: {', '.join(result.torch_ops)}")
+    if result.runtime_ms is not None:
+        parts = [f"runtime {fmt.ms(result.runtime_ms)} ms"]
+        if result.eager_ms:
+            parts.append(f"eager {fmt.ms(result.eager_ms)} ms ({fmt.speedup(result.speedup_eager)})")
+        if result.compile_ms:
+            parts.append(f"torch.compile {fmt.ms(result.compile_ms)} ms ({fmt.speedup(result.speedup_compile)})")
+        if result.roofline_pct is not None:
+            parts.append(f"{fmt.pct(result.roofline_pct)} of roofline")
+        lines.append(", ".join(parts))
+    elif result.outcome == "correct":
+        lines.append("untimed: no GPU, so no runtime, speedups or roofline %")
+    return lines
+
+
+@app.command(cls=KgenCommand, name="eval")
+def eval_cmd(
+    problem: str = typer.Argument(..., metavar="PROBLEM", help="A bundled problem name or a KernelBench-format file."),
+    candidate: str = typer.Argument(..., metavar="CANDIDATE.py",
+                                    help="The candidate: a Python file defining ModelNew."),
+    json_out: bool = typer.Option(False, "--json", help="Print the evaluation as one JSON object."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 unless the candidate is correct (for CI gates)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="cuda|cpu", callback=_choice("cuda", "cpu"),
+                                         show_default="cuda with a GPU, else cpu", help="Where to run it."),
+    size: Optional[str] = typer.Option(None, "--size", metavar="full|small", callback=_choice(*SIZES),
+                                       show_default="full on cuda, small on cpu", help="The problem size."),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="S", callback=_positive,
+                                  help="Seconds the evaluation may take."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", metavar="X", show_default="1e-5 for fp32, 1e-2 for fp16/bf16",
+                                         help="Relative tolerance of the correctness check."),
+    baselines: bool = typer.Option(True, "--baselines/--no-baselines",
+                                   help="On a GPU, time eager and torch.compile (once; the results DB keeps them) "
+                                        "and print the speedups."),
+    db: Optional[str] = DbOption,
+    no_sandbox: bool = NoSandboxOption,
+) -> None:
+    """Evaluate one candidate file with the search's harness.
+
+    Static checks, compile, verify against the reference and, on a GPU, time it. Exit 0 once the
+    candidate is evaluated, whatever its outcome (with --check: 0 only when it is correct, else 1);
+    2 for bad input.
+    """
+    import json
+
+    loaded, result = evaluate_file(problem, candidate, device=device, size=size, timeout_s=timeout, rtol=rtol,
+                                   db=db, baselines=baselines, sandbox=not no_sandbox)
     if json_out:
         print(json.dumps(result.to_dict(), default=str))
-        return
-    style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
-    console.print(f"[{style}]{result.outcome}[/] {loaded.name} ({loaded.size}) on {result.device}: "
-                  f"{result.language or 'unknown language'}", highlight=False)
-    if result.message:
-        console.print(result.message, highlight=False, markup=False, soft_wrap=True)
-    if result.norm_rel_err is not None:
-        console.print(f"error: normwise {result.norm_rel_err:.3g}, max abs {result.max_abs_err:.3g}, "
-                      f"max rel {result.max_rel_err:.3g} (rtol {result.rtol:g}, atol {result.atol:.3g})", highlight=False)
-    if result.torch_ops:
-        console.print(f"torch operators still called: {', '.join(result.torch_ops)}", highlight=False)
-    if result.runtime_ms is not None:
-        parts = [f"runtime {result.runtime_ms:.4g} ms"]
-        if result.eager_ms:
-            parts.append(f"eager {result.eager_ms:.4g} ms ({result.speedup_eager:.2f}x)")
-        if result.compile_ms:
-            parts.append(f"torch.compile {result.compile_ms:.4g} ms ({result.speedup_compile:.2f}x)")
-        if result.roofline_pct is not None:
-            parts.append(f"{result.roofline_pct:.0f}% of roofline")
-        console.print(", ".join(parts), highlight=False)
-    elif result.outcome == "correct":
-        console.print("untimed: no GPU, so no runtime, speedups or roofline %", highlight=False)
+    else:
+        style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
+        console.print(f"[{style}]{result.outcome}[/] {loaded.name} ({loaded.size}) on {result.device}: "
+                      f"{result.language or 'unknown language'}", highlight=False)
+        for line in eval_lines(loaded, result):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if check and result.outcome != "correct":
+        raise typer.Exit(1)
 
 
-@app.command("search")
+@app.command(cls=KgenCommand, name="search")
 def search_cmd(
-    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="a bundled problem name or a KernelBench-format file"),
-    rounds: int = typer.Option(10, "--rounds", help="rounds of propose → evaluate"),
-    candidates: int = typer.Option(8, "--candidates", "-n", help="candidates proposed per round"),
-    proposer: Optional[str] = typer.Option(None, "--proposer", help="openai | offline | replay (default: openai when an endpoint is configured, else offline)"),
-    language: str = typer.Option("any", "--language", help="triton | cuda | any"),
-    size: Optional[str] = typer.Option(None, "--size", help="full | small (default: full with a GPU, small without)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join a Ray cluster (auto, HOST:PORT, ray://HOST:PORT); default: start a local one"),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", metavar="NAME|FILE",
+                                          help="The problem: a bundled name (see kgen problems) or a "
+                                               "KernelBench-format file."),
+    rounds: int = typer.Option(10, "--rounds", metavar="R", callback=_at_least_1, help="Rounds of propose → evaluate."),
+    candidates: Optional[int] = typer.Option(None, "--candidates", "-n", metavar="N", callback=_at_least_1,
+                                             show_default="8 with a GPU, 4 without",
+                                             help="Candidates proposed per round."),
+    proposer: Optional[str] = typer.Option(None, "--proposer", metavar="|".join(PROPOSER_KINDS),
+                                           callback=_choice(*PROPOSER_KINDS),
+                                           show_default="openai when OPENAI_API_KEY or OPENAI_BASE_URL is set, "
+                                                        "else offline",
+                                           help="Who writes the candidates: an LLM endpoint, the offline retuner, "
+                                                "or a replay of a logged search."),
+    language: Optional[str] = typer.Option(None, "--language", metavar="|".join(LANGUAGE_CHOICES),
+                                           callback=_choice(*LANGUAGE_CHOICES),
+                                           show_default="any with a GPU; triton without (CUDA would only compile)",
+                                           help="The kernel language to propose."),
+    size: Optional[str] = typer.Option(None, "--size", metavar="full|small", callback=_choice(*SIZES),
+                                       show_default="full with a GPU, small without", help="The problem size."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", show_default="start a local one",
+                                              help="Join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (with "
+                                                   "RAY_AUTH_MODE=token and its token: see the README, Running on "
+                                                   "a Ray cluster)."),
     db: Optional[str] = DbOption,
-    seed: int = typer.Option(0, "--seed"),
-    resume: Optional[int] = typer.Option(None, "--resume", help="continue run RUN_ID with its own settings"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="plain line-per-event logging instead of the live display"),
-    timeout: float = typer.Option(300.0, "--timeout", help="seconds one candidate's evaluation may take"),
-    model: Optional[str] = typer.Option(None, "--model", help="the LLM (openai proposer; default KGEN_MODEL)"),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (default OPENAI_BASE_URL)"),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="the environment variable holding the API key"),
-    prompts: Optional[str] = typer.Option(None, "--prompts", help="a folder of prompt templates to use instead of prompts/"),
-    replay_db: Optional[str] = typer.Option(None, "--from", help="replay proposer: the results DB to replay"),
-    replay_run: Optional[int] = typer.Option(None, "--run", help="replay proposer: the run in it to replay"),
-    overlap: bool = typer.Option(True, "--overlap/--no-overlap", help="propose round k+1 once round k has compiled, "
-                                 "so compiles overlap timing (default); --no-overlap: each round sees all of the last"),
-    starters: Optional[str] = typer.Option(None, "--starters", help="offline proposer: a folder of starter kernels "
-                                           "(files defining ModelNew); default: starters/<problem>/ beside the problem"),
+    seed: int = typer.Option(0, "--seed", metavar="S", help="Seed of the proposer's choices (the offline "
+                                                            "proposer's retunings vary with it)."),
+    resume: Optional[int] = typer.Option(None, "--resume", metavar="RUN_ID",
+                                         help="Continue an unfinished run with its stored settings."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="One plain line per event instead of the live display "
+                                                            "(always so when output is not a terminal)."),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="S", callback=_positive,
+                                  help="Seconds one candidate's evaluation may take."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME", show_default="KGEN_MODEL, else the server's "
+                                                                                      "only model",
+                                        help="The LLM to ask (openai proposer)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", metavar="URL", show_default="OPENAI_BASE_URL, else "
+                                                                                           "OpenAI's",
+                                           help="An OpenAI-compatible endpoint (openai proposer)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", metavar="VAR", show_default="OPENAI_API_KEY",
+                                              help="The environment variable that holds the API key."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", metavar="DIR", show_default="the bundled prompts/",
+                                          help="A folder of prompt templates (system.j2, propose.j2, repair.j2) "
+                                               "that replace the bundled ones by name."),
+    replay_db: Optional[str] = typer.Option(None, "--from", metavar="URL|PATH",
+                                            help="The results DB whose proposals the replay proposer replays."),
+    replay_run: Optional[int] = typer.Option(None, "--run", metavar="RUN_ID", show_default="every run in it",
+                                             help="The run in --from to replay."),
+    overlap: bool = typer.Option(True, "--overlap/--no-overlap",
+                                 help="Propose round k+1 once round k has compiled, so compiles overlap timing; "
+                                      "--no-overlap lets each round see all of the last one's results."),
+    starters: Optional[str] = typer.Option(None, "--starters", metavar="DIR",
+                                           show_default="starters/<problem>/ beside the problem",
+                                           help="A folder of starter kernels (files defining ModelNew) for the "
+                                                "offline proposer."),
+    no_sandbox: bool = NoSandboxOption,
 ) -> None:
-    """Search for kernels faster than PyTorch: rounds of propose, compile, verify and time, on Ray."""
+    """Search for kernels faster than PyTorch.
+
+    Rounds of propose → compile → verify → time on Ray, every result stored in the results DB.
+    """
     import signal
     from pathlib import Path
 
@@ -233,8 +381,12 @@ def search_cmd(
         seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
-        replay_run=replay_run, overlap=overlap,
+        replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
         starters_dir=str(Path(starters).absolute()) if starters else None)  # absolute: a resume may start elsewhere
+    from kgen.sandbox import SandboxMode, check_sandbox
+
+    if config is not None:
+        check_sandbox(SandboxMode(config.sandbox))
     from kgen.search import STOP_REQUESTED, request_stop
 
     STOP_REQUESTED.clear()
@@ -246,109 +398,121 @@ def search_cmd(
     except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
-    for line in summary_lines(summary):
+    from kgen.db import db_url
+
+    for line in summary_lines(summary, db=fmt.db_option(db_url(db))):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-@app.command("leaderboard")
+LEADERBOARD_FORMATS = ("table", "json", "csv", "markdown")
+
+
+@app.command(cls=KgenCommand, name="leaderboard")
 def leaderboard_cmd(
-    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem"),
-    device: Optional[str] = typer.Option(None, "--device", help="only devices whose name contains this (e.g. H100, cpu)"),
-    include_all: bool = typer.Option(False, "--all", help="every correct candidate, not only the best per problem and device"),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | json | csv | markdown"),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", metavar="NAME", help="Only this problem."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="TEXT",
+                                         help="Only devices whose name contains TEXT (e.g. H100, cpu)."),
+    include_all: bool = typer.Option(False, "--all", help="Every correct candidate, not only the best per problem, "
+                                                          "device and size."),
+    fmt_name: str = typer.Option("table", "--format", "-f", metavar="|".join(LEADERBOARD_FORMATS),
+                                 callback=_choice(*LEADERBOARD_FORMATS), help="The output format."),
+    wide: bool = WideOption,
     db: Optional[str] = DbOption,
 ) -> None:
-    """The best correct candidate per (problem, device), fastest first; every correct one with --all."""
+    """The best correct candidates, fastest first.
+
+    The best per problem, device and size (every correct one with --all).
+    """
     from kgen import leaderboard as lb
     from kgen.db import open_db
 
-    if fmt not in lb.FORMATS:
-        raise KgenError(f"unknown format '{fmt}' (choose {', '.join(lb.FORMATS)})")
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
     finally:
         database.close()
-    if fmt == "json":
+    if fmt_name == "json":
         print(lb.to_json(rows))
-    elif fmt == "csv":
+    elif fmt_name == "csv":
         print(lb.to_csv(rows), end="")
-    elif fmt == "markdown":
+    elif fmt_name == "markdown":
         print(lb.to_markdown(rows), end="")
     elif not rows:
         console.print("no correct candidates yet" + (f" for {problem}" if problem else ""), highlight=False)
     else:
-        console.print(lb.rich_table(rows, "kgen leaderboard" + (" (all correct candidates)" if include_all else "")))
+        lb.print_board(rows, console, title="kgen leaderboard" + (" (all correct candidates)" if include_all else ""),
+                       wide=wide)
         if any(r.runtime_ms is None for r in rows):
-            console.print("untimed rows were evaluated without a GPU: ranked by correctness only, oldest first",
-                          highlight=False)
+            console.print("untimed rows: evaluated without a GPU, ranked by correctness only (oldest first)",
+                          highlight=False, soft_wrap=True)
 
 
-@app.command("show")
-def show_cmd(candidate_id: int = typer.Argument(..., help="the candidate id (see kgen leaderboard)"),
+@app.command(cls=KgenCommand, name="show")
+def show_cmd(candidate_id: int = typer.Argument(..., metavar="ID", help="The candidate's id (see kgen leaderboard)."),
+             prompt: bool = typer.Option(False, "--prompt", help="Print the LLM prompt and response that produced "
+                                                                 "the candidate instead."),
              db: Optional[str] = DbOption) -> None:
-    """One candidate: its idea, evaluations, lineage back to its first ancestor, and its source."""
+    """One candidate: idea, evaluations, lineage, source."""
     from kgen import leaderboard as lb
     from kgen.db import open_db
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
-        detail = lb.candidate_detail(database, candidate_id)
+        if prompt:
+            exchange = lb.candidate_prompt(database, candidate_id)
+        else:
+            detail = lb.candidate_detail(database, candidate_id)
     finally:
         database.close()
-    lb.render_detail(detail, console)
+    if prompt:
+        console.file.write(exchange.text())
+    else:
+        lb.render_detail(detail, console)
 
 
-@app.command("runs")
-def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem"),
-             as_json: bool = typer.Option(False, "--json", help="JSON instead of a table"),
+RUNS_FORMATS = ("table", "json")
+
+
+@app.command(cls=KgenCommand, name="runs")
+def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", metavar="NAME", help="Only this problem."),
+             fmt_name: str = typer.Option("table", "--format", "-f", metavar="|".join(RUNS_FORMATS),
+                                          callback=_choice(*RUNS_FORMATS), help="The output format."),
+             as_json: bool = typer.Option(False, "--json", hidden=True),  # kept for scripts: --format json
+             wide: bool = WideOption,
              db: Optional[str] = DbOption) -> None:
-    """The searches: problem, settings, status, rounds done, best speedups and tokens spent."""
+    """The searches: status, rounds, best speedups, tokens."""
     import json
-
-    from rich.markup import escape
 
     from kgen import leaderboard as lb
     from kgen.db import open_db
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         rows = lb.run_rows(database, problem=problem)
     finally:
         database.close()
-    if as_json:
+    if as_json or fmt_name == "json":
         print(json.dumps([r.to_dict() for r in rows], indent=2))
-        return
-    if not rows:
+    elif not rows:
         console.print("no runs yet", highlight=False)
-        return
-    table = Table(title="kgen runs")
-    for col in ("run", "problem", "settings", "device", "status", "rounds", "candidates", "correct", "best",
-                "vs eager", "vs compile", "tokens in/out", "started"):
-        table.add_column(col, overflow="fold", justify="right" if col in ("run", "candidates", "correct", "best") else "left")
-    for r in rows:
-        settings = (f"{lb.fmt_proposer(r.proposer, r.model)}, {r.size}, {r.candidates_per_round}/round, "
-                    f"{r.language}, seed {r.seed}")
-        table.add_row(str(r.run_id), escape(r.problem), escape(settings), escape(r.device or "-"), r.status_text,
-                      f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), str(r.correct),
-                      "-" if r.best_candidate_id is None else str(r.best_candidate_id),
-                      lb.fmt_x(r.best_speedup_eager), lb.fmt_x(r.best_speedup_compile),
-                      f"{_fmt_count(r.tokens_in)} / {_fmt_count(r.tokens_out)}", lb.fmt_when(r.started_at))
-    console.print(table)
+    else:
+        lb.print_runs(rows, console, wide=wide, db=fmt.db_option(database.url))
 
 
-@app.command("export")
+@app.command(cls=KgenCommand, name="export")
 def export_cmd(
-    target: str = typer.Argument(..., help="a candidate id, or a problem name (its winner on this device)"),
-    out: str = typer.Option(..., "--out", "-o", help="the module to write, e.g. softmax_kernel.py"),
-    with_test: bool = typer.Option(False, "--with-test", help="also write test_<module>.py beside it"),
+    target: str = typer.Argument(..., metavar="ID|PROBLEM",
+                                 help="A candidate id, or a problem name (its winner on this device)."),
+    out: str = typer.Option(..., "--out", "-o", metavar="FILE.py", help="The module to write, e.g. softmax_kernel.py."),
+    with_test: bool = typer.Option(False, "--with-test", help="Also write test_<module>.py, a pytest file that "
+                                                              "checks it against the reference."),
     db: Optional[str] = DbOption,
 ) -> None:
-    """Write a candidate as a standalone module (torch + triton or a CUDA toolchain; no kgen)."""
+    """Write a candidate as a module that needs no kgen."""
     from kgen.db import open_db
     from kgen.export import export_candidate
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         written = export_candidate(database, target, out, with_test=with_test)
     finally:
@@ -357,18 +521,18 @@ def export_cmd(
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-@app.command("report")
+@app.command(cls=KgenCommand, name="report")
 def report_cmd(
-    out: str = typer.Option("report.html", "--out", "-o", help="the HTML file to write"),
-    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="only this problem's runs"),
-    run: Optional[int] = typer.Option(None, "--run", help="only this run"),
+    out: str = typer.Option("report.html", "--out", "-o", metavar="FILE.html", help="The HTML file to write."),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", metavar="NAME", help="Only this problem's runs."),
+    run: Optional[int] = typer.Option(None, "--run", metavar="RUN_ID", help="Only this run."),
     db: Optional[str] = DbOption,
 ) -> None:
-    """One self-contained HTML page: the leaderboard and plots of how the searches went."""
+    """One HTML page with the leaderboard and plots."""
     from kgen.db import open_db
     from kgen.report import write_report
 
-    database = open_db(db, create=False)
+    database = open_db(db, read_only=True)
     try:
         path = write_report(database, out, problem=problem, run_id=run)
     finally:
@@ -376,36 +540,97 @@ def report_cmd(
     console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
-@app.command("bench")
+@app.command(cls=KgenCommand, name="migrate")
+def migrate_cmd(db: Optional[str] = DbOption) -> None:
+    """Upgrade a results DB written by an older kgen to this kgen's schema.
+
+    Commands that write do it on their own; commands that only read never change the DB.
+    """
+    from kgen.db import SCHEMA_VERSION, open_db
+
+    database = open_db(db, create=False)
+    database.close()
+    console.print(f"{database.url}: schema version {SCHEMA_VERSION}, this kgen's", highlight=False, markup=False,
+                  soft_wrap=True)
+
+
+@app.command(cls=KgenCommand, name="bench")
 def bench_cmd(
-    problems: Optional[list[str]] = typer.Option(None, "--problems", help="problems to search (repeat the option; default: the five)"),
-    rounds: int = typer.Option(2, "--rounds"),
-    candidates: int = typer.Option(3, "--candidates", "-n"),
-    seed: int = typer.Option(0, "--seed"),
-    language: str = typer.Option("triton", "--language",
-                                 help="triton | cuda | any (default triton: the default budget then fits one 10-minute "
-                                      "GPU call for the five problems; CUDA builds take 30-90 s each)"),
-    out: str = typer.Option("bench-out", "--out", help="folder for bench.md, bench.json and bench.db"),
-    db: Optional[str] = typer.Option(None, "--db", help="results DB (default: OUT/bench.db)"),
-    timeout: float = typer.Option(300.0, "--timeout", help="seconds one candidate's evaluation may take"),
+    problems: Optional[list[str]] = typer.Option(None, "--problems", metavar="P ...",
+                                                 show_default="softmax layernorm matmul conv2d conv_relu_maxpool",
+                                                 help="The problems to search: names or files, space- or "
+                                                      "comma-separated."),
+    rounds: int = typer.Option(2, "--rounds", metavar="R", callback=_at_least_1, help="Rounds per search."),
+    candidates: int = typer.Option(2, "--candidates", "-n", metavar="N", callback=_at_least_1,
+                                   help="Candidates per round."),
+    seed: int = typer.Option(0, "--seed", metavar="S", help="The offline proposer's seed."),
+    language: str = typer.Option("triton", "--language", metavar="|".join(LANGUAGE_CHOICES),
+                                 callback=_choice(*LANGUAGE_CHOICES),
+                                 help="The kernel language (triton keeps the default budget under 300 s on an H100 "
+                                      "for the five problems on a fresh DB; CUDA builds take seconds to minutes)."),
+    max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune') "
+                                      "(minutes per problem on a fresh DB; the DB keeps it)."),
+    gpus: Optional[list[int]] = typer.Option(None, "--gpus", metavar="N", show_default="every GPU, one pass",
+                                             help="Run the problems on a local cluster using N GPUs; repeat "
+                                                  "(--gpus 1 --gpus 2) for a scaling table, one pass and DB each."),
+    out: str = typer.Option("bench-out", "--out", metavar="DIR", help="The folder for bench.md, bench.json and "
+                                                                       "bench.db."),
+    db: Optional[str] = typer.Option(None, "--db", metavar="URL|PATH", show_default="OUT/bench.db",
+                                     help="The results DB: a SQLite file or an SQLAlchemy URL."),
+    timeout: float = typer.Option(300.0, "--timeout", metavar="S", callback=_positive,
+                                  help="Seconds one candidate's evaluation may take."),
 ) -> None:
-    """Benchmark: offline searches on a fixed seed and budget; kernel quality vs torch, torch.compile and
-    the roofline, and search throughput (markdown + JSON under --out)."""
+    """The benchmark: fixed offline searches vs torch.
+
+    One offline search per problem on a fixed seed and budget; kernel quality against torch, torch.compile
+    and the roofline, and search throughput, as markdown and JSON under --out, rewritten as each problem
+    ends (each problem's row is printed then too).
+    """
     from pathlib import Path
 
-    from kgen.bench import DEFAULT_PROBLEMS, run_bench
+    from kgen.bench import QUALITY_HEADER, parse_problems, problem_summary, quality_line, run_bench
+    from kgen.problems import resolve_problem_path
 
+    names = parse_problems(problems)
+    for name in names:  # an unknown name stops the bench before its first search, not after
+        resolve_problem_path(name)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path, text = run_bench(list(problems or DEFAULT_PROBLEMS), rounds=rounds, candidates=candidates, seed=seed,
-                           out_dir=out_dir, db=db, language=language, timeout_s=timeout)
+
+    def show(quality, throughput) -> None:  # each problem's row as soon as its search ends
+        console.print(f"{QUALITY_HEADER}\n{quality_line(quality)}\n{problem_summary(throughput)}", markup=False,
+                      highlight=False, soft_wrap=True)
+
+    path, text = run_bench(names, rounds=rounds, candidates=candidates, seed=seed, out_dir=out_dir, db=db,
+                           language=language, timeout_s=timeout, max_autotune=max_autotune,
+                           gpu_counts=list(gpus) if gpus else [None], on_problem=show)
     console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"written: {path} and {path.with_suffix('.json')}")
+    console.print(f"written: {path} and {path.with_suffix('.json')}", highlight=False, soft_wrap=True)
 
 
-def main() -> None:
+def expand_list_options(argv: list[str]) -> list[str]:
+    """`kgen bench --problems a b,c --rounds 1` -> `... --problems a --problems b,c --rounds 1`: the
+    values after a list option (LIST_OPTIONS), up to the next option, each become one use of it
+    (click takes one value per use)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    names = LIST_OPTIONS.get(command, ())
+    out: list[str] = []
+    taking: Optional[str] = None
+    for arg in argv:
+        if arg.startswith("-"):
+            taking = arg if arg in names else None
+            out.append(arg)
+        elif taking is not None and out[-1] != taking:
+            out += [taking, arg]
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    argv = expand_list_options(list(sys.argv[1:] if argv is None else argv))
     try:
-        code = app(standalone_mode=False)  # returns (not raises) typer.Exit's code in this mode
+        code = app(args=argv, prog_name="kgen", standalone_mode=False)  # returns typer.Exit's code in this mode
         if isinstance(code, int) and code:
             sys.exit(code)
     except KgenError as e:
@@ -422,6 +647,9 @@ def main() -> None:
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # click's usage errors and anything unexpected: one line, exit 2
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `kgen`: the help, as click gives it
+            print(e.format_message(), file=sys.stderr)
+            sys.exit(2)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (typer's) usage errors
             if os.environ.get("KGEN_DEBUG"):
                 traceback.print_exc()

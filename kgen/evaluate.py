@@ -1,30 +1,30 @@
-"""Evaluate one candidate: static checks here, then compile, trace, verify and time in an isolated
-child process (kgen.sandbox running kgen.eval_worker). Nothing the candidate does raises here; only
-bad input to kgen (an unknown problem, a bad device) raises KgenError.
+"""Evaluate one candidate: static checks here, then the judge (kgen.judge, trusted, in this process)
+with the candidate in sandboxed processes of its own (kgen.harness, under kgen.sandbox). Nothing the
+candidate does raises here; only bad input to kgen (an unknown problem, a bad device, no sandbox)
+raises KgenError, and a fault of kgen's own becomes the outcome `harness_error`.
 
 Outcomes: static_reject, compile_error, runtime_error, timeout, incorrect, correct, suspicious (a
-correct candidate faster than the roofline floor: physically impossible, kept off the leaderboard),
-and not_run: a CUDA candidate on a machine whose torch has no CUDA compiles with nvcc (so compile
-errors are still caught and reported as compile_error) but is not loaded, run, verified or timed;
-it is never called correct, and its runtime_ms is null.
+correct candidate faster than the roofline floor, or whose reported time the judge's clock does not
+bear out), harness_error, and not_run: a CUDA candidate on a machine whose torch has no CUDA compiles
+with nvcc (so compile errors are still caught and reported as compile_error) but is not loaded, run,
+verified or timed; it is never called correct, and its runtime_ms is null.
 
-On the CPU, Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1 in the child's
-environment, before triton is imported) and no time is claimed.
+On the CPU, Triton kernels run in Triton's interpreter at the problem's small size and no time is
+claimed.
 """
 
 from __future__ import annotations
 
-import os
 import time
+import traceback
 from typing import Any, Optional, Union
 
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
-from kgen.records import EvalResult, EvalSettings
-from kgen.sandbox import SandboxRun, run_worker
-from kgen.static_checks import check_source, detect_language as _detect_language
-
-STDERR_TAIL_CHARS = 2000
+from kgen.records import NOT_RUN, OUTCOMES, EvalResult, EvalSettings, Outcome
+from kgen.sandbox import SandboxMode, check_sandbox
+from kgen.static_checks import check_source
+from kgen.static_checks import detect_language as _detect_language
 
 
 def detect_language(source: str) -> str:
@@ -52,36 +52,16 @@ def _check_device(device: str) -> str:
     return device
 
 
-def _child_env(device: str) -> dict[str, str]:
-    env = {"TRITON_INTERPRET": "1"} if device == "cpu" else {}
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
+def sandbox_mode(settings: EvalSettings) -> SandboxMode:
+    try:
+        return SandboxMode(settings.sandbox)
+    except ValueError:
+        raise KgenError(f"unknown sandbox '{settings.sandbox}' (choose bwrap or none)") from None
 
 
 def _base_result(problem: Problem, settings: EvalSettings, language: str) -> EvalResult:
-    return EvalResult(outcome="runtime_error", language=language if language != "unknown" else None,
+    return EvalResult(outcome=Outcome.RUNTIME_ERROR.value, language=language if language != "unknown" else None,
                       device=settings.device, size=problem.size)
-
-
-def _job(mode: str, problem: Problem, source: str, settings: EvalSettings) -> dict[str, Any]:
-    return {"mode": mode, "problem_path": str(problem.path), "size": problem.size, "source": source,
-            "device": settings.device, "rtol": settings.rtol, "trials": settings.trials,
-            "min_timed_runs": settings.min_timed_runs, "min_timed_s": settings.min_timed_s,
-            "cuda_arch": settings.cuda_arch}
-
-
-def _failed_run(run: SandboxRun, result: EvalResult, timeout_s: float) -> EvalResult:
-    """A child that timed out, crashed or sent no valid result."""
-    if run.timed_out:
-        result.outcome = "timeout"
-        result.message = f"no result within the {timeout_s:g} s time limit (the process group was killed)"
-    else:
-        result.outcome = "runtime_error"
-        stderr = run.stderr_tail.strip()[-STDERR_TAIL_CHARS:]
-        result.message = (f"the evaluation process {run.exit_description()} without a result ({run.result_problem})"
-                          + (f"; its stderr ended with:\n{stderr}" if stderr else ""))
-    return result
 
 
 def _device_name(device: str) -> str:
@@ -92,30 +72,49 @@ def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device))
 
 
-def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings) -> EvalResult:
-    """Compile, check, verify and (on a GPU) time one candidate against `problem`."""
+def _versions() -> dict[str, Optional[str]]:
+    import torch
+
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"torch_version": torch.__version__, "triton_version": triton_version, "cuda_version": torch.version.cuda}
+
+
+def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings,
+                       spares: Any = None) -> EvalResult:
+    """Compile, check, verify and (on a GPU) time one candidate against `problem`. `spares`
+    (kgen.judge.SpareRunners) keeps a started sandbox ready for the next call."""
     started = time.monotonic()
     problem = _problem(problem, settings)
     if not isinstance(source, str):
         raise KgenError("candidate source must be text")
     device = _check_device(settings.device)
+    mode = sandbox_mode(settings)
+    check_sandbox(mode)
     verdict = check_source(source)
     result = _base_result(problem, settings, verdict.language)
+    result.details["sandbox"] = {"kind": str(mode)}
     if verdict.rejection is not None:
-        result.outcome, result.message = "static_reject", verdict.rejection
+        result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
         result.eval_s = time.monotonic() - started
         return result
-    run = run_worker(_job("evaluate", problem, source, settings), settings.timeout_s, device, _child_env(device))
-    result.details["sandbox"] = {"isolation": " ".join(run.isolation) or "none (unshare unavailable)",
-                                 "wall_s": round(run.wall_s, 2)}
-    if run.stdout_tail:
-        result.details["stdout_tail"] = run.stdout_tail[-STDERR_TAIL_CHARS:]
-    if run.stderr_tail:
-        result.details["stderr_tail"] = run.stderr_tail[-STDERR_TAIL_CHARS:]
-    if run.result is None:
-        result = _failed_run(run, result, settings.timeout_s)
-    else:
-        _fill_from_worker(result, run.result)
+    from kgen.judge import HarnessFault, Judge
+
+    try:
+        sent = Judge(problem, source, verdict.language, settings, mode, spares).run()
+    except HarnessFault as e:
+        sent = {"outcome": Outcome.HARNESS_ERROR.value, "message": f"kgen's harness failed, not the candidate: {e}"}
+    except Exception as e:  # noqa: BLE001 - a bug of ours is never the candidate's outcome
+        sent = {"outcome": Outcome.HARNESS_ERROR.value,
+                "message": f"kgen's judge failed, not the candidate: {type(e).__name__}: {e}\n"
+                           + "".join(traceback.format_exc().splitlines(keepends=True)[-12:])}
+    _fill_from_judge(result, sent)
+    if not result.torch_version:
+        for name, value in _versions().items():
+            setattr(result, name, value)
     if device != "cpu":
         _fill_speed(result, problem, settings)
         result.device = _device_name(device)
@@ -123,29 +122,25 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     return result
 
 
-def _fill_from_worker(result: EvalResult, sent: dict[str, Any]) -> None:
-    from kgen.records import OUTCOMES, NOT_RUN
-
+def _fill_from_judge(result: EvalResult, sent: dict[str, Any]) -> None:
     outcome = sent.get("outcome")
-    result.outcome = outcome if outcome in OUTCOMES or outcome == NOT_RUN else "runtime_error"
+    result.outcome = outcome if outcome in OUTCOMES or outcome == NOT_RUN else Outcome.RUNTIME_ERROR.value
     result.message = str(sent.get("message") or "")
     for name in ("max_abs_err", "max_rel_err", "norm_rel_err", "atol", "rtol", "runtime_ms", "torch_version",
                  "triton_version", "cuda_version"):
         if sent.get(name) is not None:
             setattr(result, name, sent[name])
-    details = sent.get("details") or {}
+    details = dict(sent.get("details") or {})
     result.torch_ops = list(details.pop("torch_ops", []) or [])
     result.details.update(details)
-    if sent.get("worker_start") is not None:
-        result.details["gpu_start"], result.details["gpu_end"] = sent["worker_start"], sent["worker_end"]
-    if result.outcome != "correct":
+    if result.outcome not in (Outcome.CORRECT.value, Outcome.SUSPICIOUS.value):
         result.runtime_ms = None
 
 
 def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) -> None:
     """Speedups and roofline %; a correct time below the roofline floor is `suspicious`."""
     result.eager_ms, result.compile_ms = settings.baseline_eager_ms, settings.baseline_compile_ms
-    if result.outcome != "correct" or not result.runtime_ms:
+    if result.outcome != Outcome.CORRECT.value or not result.runtime_ms:
         return
     if result.eager_ms:
         result.speedup_eager = result.eager_ms / result.runtime_ms
@@ -160,7 +155,7 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
         result.roofline_pct = floor / result.runtime_ms * 100.0
         result.details["floor_ms"] = floor
         if result.runtime_ms < floor:
-            result.outcome = "suspicious"
+            result.outcome = Outcome.SUSPICIOUS.value
             result.message = (f"measured {result.runtime_ms:.4g} ms, below the roofline floor of {floor:.4g} ms "
                               "(the least time the bytes and FLOPs need on this device): physically impossible, "
                               "so the timing cannot be trusted; kept off the leaderboard")
@@ -168,32 +163,32 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
 
 def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings,
              info: Optional[dict[str, Any]] = None) -> Optional[EvalResult]:
-    """The CPU-side stage before the GPU: static checks, then CUDA sources built into the shared
-    build cache (a child process; the cache is locked per key, so prebuilds may run in parallel).
-    Returns a static_reject / compile_error result, or None when the candidate may go on. Triton
-    kernels are JIT-compiled at their first launch in the GPU stage (compiling them ahead needs the
-    launch's argument types), so a Triton candidate that passes the static checks goes on.
-    `info`, when given, receives the stage's seconds and the builds it made."""
+    """The CPU-side stage before the GPU: static checks, then a CUDA source's extensions built (in the
+    sandbox, by the compile step) into its build directory, where the GPU's compile step finds them.
+    Returns a static_reject / compile_error result, or None when the candidate may go on. `info`,
+    when given, receives the stage's seconds and the builds it made."""
     started = time.monotonic()
     info = info if info is not None else {}
     problem = _problem(problem, settings)
     verdict = check_source(source)
     result = _base_result(problem, settings, verdict.language)
     if verdict.rejection is not None:
-        result.outcome, result.message = "static_reject", verdict.rejection
+        result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
         result.compile_s = time.monotonic() - started
         return result
     if verdict.language != "cuda":
         return None
-    env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
-    run = run_worker(_job("prebuild", problem, source, settings), settings.timeout_s, "cpu", env)
+    from kgen.judge import HarnessFault, prebuild_cuda
+
+    try:
+        outcome, message, builds = prebuild_cuda(problem, source, settings, sandbox_mode(settings))
+    except HarnessFault as e:
+        info["problem"] = str(e)
+        return None  # the GPU's compile step builds it instead
     info["compile_s"] = round(time.monotonic() - started, 3)
-    info["builds"] = (run.result or {}).get("builds") or []
-    if run.result is None:
-        info["problem"] = "timed out" if run.timed_out else run.exit_description()
-    if run.result and run.result.get("build_error"):
-        result.outcome = "compile_error"
-        result.message = f"CUDA build failed:\n{run.result['build_error']}"
+    info["builds"] = builds
+    if outcome == Outcome.COMPILE_ERROR.value:
+        result.outcome, result.message = outcome, message
         result.compile_s = time.monotonic() - started
         return result
     return None

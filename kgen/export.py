@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from kgen import __version__, pyast
+from kgen import __version__, fmt, pyast
 from kgen.db import Candidate, Database, Evaluation, Run
 from kgen.errors import KgenError
 
@@ -83,6 +83,12 @@ def _correct_evaluation(cand: Candidate, device: Optional[str]) -> Optional[Eval
     return None
 
 
+def default_module_file(problem: str) -> str:
+    """A file name `-o` accepts for a problem's kernel: softmax -> softmax_kernel.py, 19_ReLU -> kernel_19_relu.py."""
+    slug = re.sub(r"\W+", "_", problem).strip("_").lower() or "problem"
+    return f"kernel_{slug}.py" if slug[0].isdigit() else f"{slug}_kernel.py"
+
+
 def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
     """A candidate id, or a problem name → its leaderboard winner on this device."""
     from kgen.leaderboard import leaderboard
@@ -96,8 +102,10 @@ def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
     elsewhere = sorted({r.device for r in leaderboard(db, problem=target)})
     if elsewhere:
         best = leaderboard(db, problem=target)[0]
+        example = fmt.command("export", best.candidate_id, "-o", default_module_file(target),
+                              db=fmt.db_option(db.url))
         raise KgenError(f"no correct candidate for {target} on this device ({device}); there are on "
-                        f"{', '.join(elsewhere)}: export one by id, e.g. kgen export {best.candidate_id} -o ...")
+                        f"{', '.join(elsewhere)}: export one by id, e.g. {example}")
     raise KgenError(f"no correct candidate for problem '{target}' in {db.url}")
 
 
@@ -217,14 +225,12 @@ def _function_name(problem_name: str, body: _Body) -> str:
 def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
                 rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
                 verified_doc: str, params_doc: str) -> str:
-    from kgen.leaderboard import fmt_ms, fmt_x
-
     def when_ms(ms, speedup):
-        return f"{fmt_ms(ms)} ms ({fmt_x(speedup)} faster)" if ms is not None else "not timed"
+        return f"{fmt.ms(ms)} ms ({fmt.speedup(speedup)} faster)" if ms is not None else "not timed"
 
     versions = ", ".join(f"{k} {v}" for k, v in (("torch", ev.torch_version), ("triton", ev.triton_version),
                                                  ("CUDA", ev.cuda_version)) if v) or "not recorded"
-    runtime = (f"{fmt_ms(ev.runtime_ms)} ms" if ev.runtime_ms is not None
+    runtime = (f"{fmt.ms(ev.runtime_ms)} ms" if ev.runtime_ms is not None
                else "not timed (verified without a GPU, under Triton's interpreter)")
     needs = "torch and triton" if language == "triton" else "torch and a CUDA toolchain (nvcc) for load_inline"
     device_note = ("CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)" if language == "triton"

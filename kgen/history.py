@@ -13,8 +13,14 @@ from sqlalchemy import select
 from kgen.db import Baseline, Candidate, Database
 from kgen.problems import Problem
 from kgen.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
-from kgen.store import (ScoredCandidate, correct_candidates, normalized_source_hash, out_of_resource_sources,
-                        recent_failures, tried_hashes)
+from kgen.store import (
+    ScoredCandidate,
+    correct_candidates,
+    normalized_source_hash,
+    out_of_resource_sources,
+    recent_failures,
+    tried_hashes,
+)
 
 MESSAGE_HEAD_LINES = 20
 MESSAGE_TAIL_LINES = 12

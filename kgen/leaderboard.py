@@ -18,8 +18,10 @@ from typing import Optional
 
 from sqlalchemy import func, select
 
+from kgen import fmt
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
+from kgen.fmt import Column
 from kgen.store import process_alive
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -50,6 +52,7 @@ class LeaderboardRow:
     run_id: Optional[int]
     evaluated_at: dt.datetime
     evaluation_id: int
+    sandbox: Optional[str] = None  # "none": evaluated with --no-sandbox (the table says so beside the device)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -95,49 +98,29 @@ def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional
                 compile_ms=e.compile_ms, speedup_eager=e.speedup_eager, speedup_compile=e.speedup_compile,
                 roofline_pct=e.roofline_pct, rtol=e.rtol, atol=e.atol, torch_ops=list(e.torch_ops or []),
                 round=c.round, proposer=c.proposer, model=c.model, run_id=c.run_id, evaluated_at=e.created_at,
-                evaluation_id=e.id))
+                evaluation_id=e.id, sandbox=e.sandbox))
     return rows
 
 
-# -- formatting shared by the CLI and the report ---------------------------------------------------
+# -- the table: the CLI, the markdown and the report share its columns ------------------------------
 
-def fmt_ms(v: Optional[float]) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4f}" if v < 0.1 else f"{v:.3f}" if v < 100 else f"{v:.1f}"
-
-
-def fmt_x(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def fmt_pct(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.1f}%"
-
-
-def fmt_tol(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.3g}"
-
-
-def fmt_when(t: Optional[dt.datetime]) -> str:
-    return "-" if t is None else t.strftime("%Y-%m-%d %H:%M")
-
-
-def fmt_proposer(proposer: str, model: Optional[str]) -> str:
-    return f"{proposer}/{model}" if model else proposer
-
-
-COLUMNS = ("id", "problem", "lang", "device", "size", "runtime ms", "eager ms", "compile ms", "vs eager",
-           "vs compile", "roofline", "rtol", "torch ops", "round", "proposer", "run", "when")
-NUMERIC_COLUMNS = {"id", "runtime ms", "eager ms", "compile ms", "vs eager", "vs compile", "roofline", "rtol",
-                   "round", "run"}
+COLUMNS = (
+    Column("id", numeric=True, key=True), Column("problem", key=True), Column("lang"), Column("device"),
+    Column("size"), Column("runtime ms", numeric=True), Column("eager ms", numeric=True, default=False),
+    Column("compile ms", numeric=True, default=False), Column("vs eager", numeric=True),
+    Column("vs compile", numeric=True), Column("roofline", numeric=True), Column("rtol", numeric=True, default=False),
+    Column("torch ops", default=False), Column("round", numeric=True, default=False),
+    Column("proposer", default=False), Column("run", numeric=True, default=False), Column("when", default=False),
+)
 
 
 def row_cells(r: LeaderboardRow) -> list[str]:
-    return [str(r.candidate_id), r.problem, r.language, r.device, r.size, fmt_ms(r.runtime_ms), fmt_ms(r.eager_ms),
-            fmt_ms(r.compile_ms), fmt_x(r.speedup_eager), fmt_x(r.speedup_compile), fmt_pct(r.roofline_pct),
-            fmt_tol(r.rtol), ", ".join(r.torch_ops) or "-", "-" if r.round is None else str(r.round),
-            fmt_proposer(r.proposer, r.model), "-" if r.run_id is None else str(r.run_id), fmt_when(r.evaluated_at)]
+    device = f"{r.device} [no sandbox]" if r.sandbox == "none" else r.device
+    return [str(r.candidate_id), r.problem, r.language, device, r.size, fmt.ms(r.runtime_ms), fmt.ms(r.eager_ms),
+            fmt.ms(r.compile_ms), fmt.speedup(r.speedup_eager), fmt.speedup(r.speedup_compile),
+            fmt.pct(r.roofline_pct), fmt.tol(r.rtol), ", ".join(r.torch_ops) or fmt.MISSING,
+            fmt.MISSING if r.round is None else str(r.round), fmt.proposer(r.proposer, r.model),
+            fmt.MISSING if r.run_id is None else str(r.run_id), fmt.when(r.evaluated_at)]
 
 
 def to_json(rows: list[LeaderboardRow]) -> str:
@@ -160,23 +143,17 @@ def to_markdown(rows: list[LeaderboardRow]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
-    lines = ["| " + " | ".join(COLUMNS) + " |",
-             "| " + " | ".join("---:" if c in NUMERIC_COLUMNS else "---" for c in COLUMNS) + " |"]
+    lines = ["| " + " | ".join(c.header for c in COLUMNS) + " |",
+             "| " + " | ".join("---:" if c.numeric else "---" for c in COLUMNS) + " |"]
     lines += ["| " + " | ".join(cell(x) for x in row_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
-def rich_table(rows: list[LeaderboardRow], title: str):
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col in NUMERIC_COLUMNS else "left",
-                         overflow="fold", no_wrap=col in ("runtime ms", "vs eager", "vs compile", "when"))
-    for r in rows:
-        table.add_row(*(escape(x) for x in row_cells(r)), style="bold" if r.rank == 1 else None)
-    return table
+def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool = False) -> None:
+    """The leaderboard as a table (see fmt.print_table: on a terminal the default view fits its width,
+    ids and problem names in full); `wide` shows every column. The best of each group in bold."""
+    fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=title, wide=wide,
+                    styles=["bold" if r.rank == 1 else None for r in rows])
 
 
 # -- one candidate: kgen show ----------------------------------------------------------------------
@@ -235,6 +212,49 @@ def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
     return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage)
 
 
+@dataclass
+class PromptExchange:
+    """The LLM call that produced a candidate: the chat sent and the reply (`kgen show ID --prompt`)."""
+
+    candidate_id: int
+    model: Optional[str]
+    template: Optional[str]
+    messages: list[dict]
+    response: Optional[str]
+    tokens_in: Optional[int]
+    tokens_out: Optional[int]
+    latency_s: Optional[float]
+
+    def text(self) -> str:
+        """Plain text, every message in full: a header line per message, then its content."""
+        head = (f"candidate {self.candidate_id}: {self.template or 'prompt'} to {self.model or 'the model'}, "
+                f"{fmt.MISSING if self.tokens_in is None else self.tokens_in} tokens in, "
+                f"{fmt.MISSING if self.tokens_out is None else self.tokens_out} out, "
+                f"{fmt.MISSING if self.latency_s is None else f'{self.latency_s:.1f}'} s")
+        parts = [head]
+        for m in self.messages:
+            parts += [f"--- {m.get('role', '?')} ---", str(m.get("content", "")).rstrip()]
+        parts += ["--- response ---", (self.response or "(no response stored)").rstrip()]
+        return "\n".join(parts) + "\n"
+
+
+def candidate_prompt(db: Database, candidate_id: int) -> PromptExchange:
+    """The stored prompt and response of an LLM-proposed candidate; a KgenError for any other."""
+    with db.reader() as s:
+        cand = s.get(Candidate, candidate_id)
+        if cand is None:
+            raise KgenError(f"no candidate with id {candidate_id} in {db.url}")
+        call = cand.llm_call
+        if call is None:
+            raise KgenError(f"candidate {candidate_id} was proposed by {cand.proposer}, not an LLM: no prompt is "
+                            "stored (kgen show ID prints its source)")
+        messages = call.prompt if isinstance(call.prompt, list) else [{"role": "user", "content": call.prompt}]
+        return PromptExchange(candidate_id=cand.id, model=call.model, template=call.template,
+                              messages=[m if isinstance(m, dict) else {"content": m} for m in messages],
+                              response=call.response, tokens_in=call.tokens_in, tokens_out=call.tokens_out,
+                              latency_s=call.latency_s)
+
+
 # -- the runs: kgen runs ---------------------------------------------------------------------------
 
 @dataclass
@@ -265,9 +285,12 @@ class RunRow:
     process_alive: Optional[bool] = None
 
     @property
+    def process_gone(self) -> bool:
+        return self.status == "running" and self.process_alive is False
+
+    @property
     def status_text(self) -> str:
-        return "running (process gone: resume it)" if self.status == "running" and self.process_alive is False \
-            else self.status
+        return "running, process gone" if self.process_gone else self.status
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -306,6 +329,36 @@ def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
     return out
 
 
+RUN_COLUMNS = (
+    Column("run", numeric=True, key=True), Column("problem", key=True), Column("settings", default=False),
+    Column("device", default=False), Column("status"), Column("rounds", numeric=True),
+    Column("candidates", numeric=True, default=False), Column("correct", numeric=True),
+    Column("best id", numeric=True), Column("vs eager", numeric=True), Column("vs compile", numeric=True),
+    Column("tokens in/out", default=False), Column("started"),
+)
+
+
+def run_cells(r: RunRow) -> list[str]:
+    settings = (f"{fmt.proposer(r.proposer, r.model)}, {r.size}, {r.candidates_per_round}/round, {r.language}, "
+                f"seed {r.seed}")
+    return [str(r.run_id), r.problem, settings, r.device or fmt.MISSING, r.status_text,
+            f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), f"{r.correct}/{r.candidates}",
+            fmt.MISSING if r.best_candidate_id is None else str(r.best_candidate_id),
+            fmt.speedup(r.best_speedup_eager), fmt.speedup(r.best_speedup_compile),
+            f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at)]
+
+
+def print_runs(rows: list[RunRow], console, *, wide: bool = False, db: Optional[str] = None) -> None:
+    """`kgen runs` as a table (see fmt.print_table; `wide` shows every column), and for each run whose
+    process is gone, the command that resumes it."""
+    fmt.print_table(console, RUN_COLUMNS, [run_cells(r) for r in rows], title="kgen runs", wide=wide)
+    for r in rows:
+        if r.process_gone:
+            resume = fmt.command("search", "--resume", r.run_id, db=db)
+            console.print(f"run {r.run_id}'s process is gone; resume it: {resume}", highlight=False, markup=False,
+                          soft_wrap=True)
+
+
 def render_detail(detail: CandidateDetail, console) -> None:
     """`kgen show`: the candidate's header and idea, its evaluations, its lineage, its source."""
     from rich.markup import escape
@@ -317,8 +370,8 @@ def render_detail(detail: CandidateDetail, console) -> None:
     c = detail.candidate
     run = c.run_id if c.run_id is not None else "-"
     head = [f"[bold]candidate {c.id}[/bold]  {escape(c.problem)} · {c.language} · run {run}"
-            f" · round {c.round if c.round is not None else '-'} · {escape(fmt_proposer(c.proposer, c.model))}"
-            f" · {fmt_when(c.created_at)}"]
+            f" · round {c.round if c.round is not None else '-'} · {escape(fmt.proposer(c.proposer, c.model))}"
+            f" · {fmt.when(c.created_at)}"]
     if c.origin:
         head.append(f"origin: {escape(c.origin)}")
     head.append(f"idea: {escape(c.idea or '(none recorded)')}")
@@ -332,18 +385,19 @@ def render_detail(detail: CandidateDetail, console) -> None:
     fields = [
         ("device", lambda e: f"{e.device} ({e.size} size)"),
         ("outcome", lambda e: e.outcome),
-        ("runtime", lambda e: f"{fmt_ms(e.runtime_ms)} ms" if e.runtime_ms is not None else "not timed"),
-        ("eager", lambda e: f"{fmt_ms(e.eager_ms)} ms ({fmt_x(e.speedup_eager)})" if e.eager_ms is not None else "-"),
-        ("torch.compile", lambda e: f"{fmt_ms(e.compile_ms)} ms ({fmt_x(e.speedup_compile)})"
+        ("runtime", lambda e: f"{fmt.ms(e.runtime_ms)} ms" if e.runtime_ms is not None else "not timed"),
+        ("eager", lambda e: f"{fmt.ms(e.eager_ms)} ms ({fmt.speedup(e.speedup_eager)})"
+         if e.eager_ms is not None else fmt.MISSING),
+        ("torch.compile", lambda e: f"{fmt.ms(e.compile_ms)} ms ({fmt.speedup(e.speedup_compile)})"
          if e.compile_ms is not None else "-"),
-        ("roofline", lambda e: fmt_pct(e.roofline_pct)),
+        ("roofline", lambda e: fmt.pct(e.roofline_pct)),
         ("max abs err", lambda e: "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}"),
-        ("tolerance", lambda e: f"rtol {fmt_tol(e.rtol)}, atol {fmt_tol(e.atol)}"),
+        ("tolerance", lambda e: f"rtol {fmt.tol(e.rtol)}, atol {fmt.tol(e.atol)}"),
         ("torch ops", lambda e: ", ".join(e.torch_ops or []) or "-"),
         ("versions", lambda e: ", ".join(f"{k} {v}" for k, v in (("torch", e.torch_version),
                                                                  ("triton", e.triton_version),
                                                                  ("CUDA", e.cuda_version)) if v) or "-"),
-        ("when", lambda e: fmt_when(e.created_at)),
+        ("when", lambda e: fmt.when(e.created_at)),
     ]
     for name, value in fields:
         table.add_row(name, *(escape(value(e)) for e in detail.evaluations))
@@ -361,7 +415,7 @@ def render_detail(detail: CandidateDetail, console) -> None:
         else:
             label = (f"{a.candidate_id}: round {a.round if a.round is not None else '-'} · {a.language} · "
                      f"{a.proposer} · {a.outcome or 'not evaluated'}"
-                     + (f" · {fmt_x(a.speedup_eager)} vs eager" if a.speedup_eager is not None else "")
+                     + (f" · {fmt.speedup(a.speedup_eager)} vs eager" if a.speedup_eager is not None else "")
                      + (" (listed above)" if a.seen else "")
                      + (f"\n   origin: {a.origin}" if a.origin and not a.seen else "")
                      + (f"\n   idea: {a.idea}" if a.idea and not a.seen else ""))

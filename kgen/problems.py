@@ -46,9 +46,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kgen import pyast
 from kgen.errors import KgenError
+from kgen.records import SIZES
 from kgen.resources import problems_dir
 
-SIZES = ("full", "small")
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
 # Triton interpreter time on one core.
 SMALL_ELEMENTS_BUDGET = 1 << 17

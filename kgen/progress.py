@@ -6,6 +6,7 @@ Both take the same events from the search loop and keep the same counts (`Search
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections import Counter
@@ -17,20 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kgen import fmt
 from kgen.records import EvalResult
-
-
-def fmt_duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-
-
-def fmt_speedup(x: Optional[float]) -> str:
-    return f"{x:.2f}x" if x is not None else "-"
 
 
 @dataclass
@@ -40,6 +29,8 @@ class SearchCounts:
     rounds_total: int = 0
     rounds_done: int = 0
     round_index: Optional[int] = None  # 0-based, the round running now
+    rounds_proposed: int = 0  # rounds whose candidates are known (proposed, or stored before a restart)
+    last_round_size: Optional[int] = None  # candidates in the latest round proposed: what a later round expects
     proposed: int = 0
     compiling: int = 0
     timing: int = 0
@@ -49,8 +40,7 @@ class SearchCounts:
     best_speedup_compile: Optional[float] = None
     best_candidate_id: Optional[int] = None
     started: float = field(default_factory=time.monotonic)
-    round_seconds: list[float] = field(default_factory=list)
-    round_started: Optional[float] = None
+    first_round_started: Optional[float] = None
 
     @property
     def failed(self) -> int:
@@ -61,12 +51,17 @@ class SearchCounts:
         return time.monotonic() - self.started
 
     def eta_s(self) -> Optional[float]:
-        """Rounds left times the time per finished round so far (rounds overlap, so this is the time
-        between round ends, not the length of one round)."""
-        if not self.round_seconds:
+        """Candidates left times the time per finished candidate so far. Candidates left: those
+        proposed and not finished, and for each round not proposed yet as many as the latest round
+        had (a proposer may run short). The time per candidate is measured from the first round's
+        start, so the cluster's start-up is left out and proposing, compiling and evaluating are in,
+        however they overlap."""
+        if not self.done or self.first_round_started is None:
             return None
-        per_round = self.elapsed_s / len(self.round_seconds)
-        return max(0.0, (self.rounds_total - self.rounds_done) * per_round)
+        per_candidate_s = (time.monotonic() - self.first_round_started) / self.done
+        rounds_left = max(0, self.rounds_total - self.rounds_proposed)
+        left = max(0, self.proposed - self.done) + rounds_left * (self.last_round_size or 0)
+        return left * per_candidate_s
 
     def record(self, candidate_id: int, result: EvalResult) -> bool:
         """Count a finished evaluation; True when it is the best so far."""
@@ -103,7 +98,7 @@ class SearchProgress:
         self.counts = SearchCounts()
 
     def _line(self, text: str) -> None:
-        self.console.print(f"[{fmt_duration(self.counts.elapsed_s)}] {text}", markup=False, highlight=False,
+        self.console.print(f"[{fmt.duration(self.counts.elapsed_s)}] {text}", markup=False, highlight=False,
                            soft_wrap=True)
 
     def note(self, text: str) -> None:
@@ -112,17 +107,22 @@ class SearchProgress:
     def start(self, *, run_id: int, problem: str, size: str, device: str, proposer: str, rounds_total: int,
               rounds_done: int, evaluators: int, resumed: bool) -> None:
         self.counts.rounds_total = rounds_total
-        self.counts.rounds_done = rounds_done
+        self.counts.rounds_done = self.counts.rounds_proposed = rounds_done
         verb = "resuming" if resumed else "starting"
         self._line(f"{verb} run {run_id}: {problem} ({size} size) on {device}, proposer {proposer}, "
                    f"rounds {rounds_done}/{rounds_total} done, {evaluators} evaluation worker(s)")
 
     def round_started(self, round_index: int) -> None:
         c = self.counts
-        c.round_index, c.round_started = round_index, time.monotonic()
-        self._line(f"round {round_index + 1}/{c.rounds_total}")
+        c.round_index = round_index
+        if c.first_round_started is None:
+            c.first_round_started = time.monotonic()
+        behind = c.rounds_done < round_index  # rounds overlap: this one is proposed while earlier ones run
+        self._line(f"round {round_index + 1}/{c.rounds_total}" +
+                   (f" (proposed while round {c.rounds_done + 1} is still evaluated)" if behind else ""))
 
     def proposed(self, count: int, no_code: int) -> None:
+        self._round_known(count)
         self.counts.proposed += count
         if no_code:
             self.counts.outcomes["no_code"] += no_code
@@ -130,9 +130,15 @@ class SearchProgress:
         self._line(f"  proposed {count}" + (f" ({no_code} without code)" if no_code else ""))
 
     def resumed_round(self, stored: int, pending: int) -> None:
+        self._round_known(stored)
         self.counts.proposed += pending
         self._line(f"  this round's {stored} candidate(s) were proposed before the restart; "
                    f"{pending} not yet evaluated")
+
+    def _round_known(self, size: int) -> None:
+        c = self.counts
+        c.rounds_proposed = max(c.rounds_proposed, (c.round_index if c.round_index is not None else 0) + 1)
+        c.last_round_size = size
 
     def compiling(self, candidate_id: int) -> None:
         self.counts.compiling += 1
@@ -140,6 +146,13 @@ class SearchProgress:
     def timing(self, candidate_id: int) -> None:
         self.counts.compiling = max(0, self.counts.compiling - 1)
         self.counts.timing += 1
+
+    def requeued(self, candidate_id: int, note: str, was_timing: bool) -> None:
+        """Back to the compile stage or the evaluator queue: counted as compiling until it is timed again."""
+        if was_timing:
+            self.counts.timing = max(0, self.counts.timing - 1)
+            self.counts.compiling += 1
+        self._line(f"  candidate {candidate_id}: {note}")
 
     def evaluated(self, candidate_id: int, result: EvalResult, was_timing: bool) -> None:
         c = self.counts
@@ -152,14 +165,12 @@ class SearchProgress:
 
     def round_finished(self, round_index: int) -> None:
         c = self.counts
-        if c.round_started is not None:
-            c.round_seconds.append(time.monotonic() - c.round_started)
         c.rounds_done = round_index + 1
         if c.round_index == round_index:
             c.round_index = None
         self._line(f"round {round_index + 1}/{c.rounds_total} done: {c.done} evaluated, {c.outcomes['correct']} "
-                   f"correct, best {fmt_speedup(c.best_speedup_eager)} vs eager, "
-                   f"{fmt_speedup(c.best_speedup_compile)} vs torch.compile; ETA {fmt_duration(c.eta_s())}")
+                   f"correct, best {fmt.speedup(c.best_speedup_eager)} vs eager, "
+                   f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile; ETA {fmt.duration(c.eta_s())}")
 
     def close(self) -> None:
         pass
@@ -177,7 +188,7 @@ class LiveProgress(SearchProgress):
         super().start(**kwargs)
 
     def _line(self, text: str) -> None:
-        self._live.console.print(Text(f"[{fmt_duration(self.counts.elapsed_s)}] ", style="dim") + Text(text))
+        self._live.console.print(Text(f"[{fmt.duration(self.counts.elapsed_s)}] ", style="dim") + Text(text))
 
     def _render(self):
         c = self.counts
@@ -193,47 +204,72 @@ class LiveProgress(SearchProgress):
         if c.best_candidate_id is not None and c.best_speedup_eager is None:
             table.add_row("best", f"candidate {c.best_candidate_id} (correct; untimed: no GPU)")
         else:
-            table.add_row("best", f"{fmt_speedup(c.best_speedup_eager)} vs eager · "
-                                  f"{fmt_speedup(c.best_speedup_compile)} vs torch.compile"
+            table.add_row("best", f"{fmt.speedup(c.best_speedup_eager)} vs eager · "
+                                  f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile"
                           + (f" · candidate {c.best_candidate_id}" if c.best_candidate_id is not None else ""))
-        table.add_row("time", f"{fmt_duration(c.elapsed_s)} elapsed · ETA {fmt_duration(c.eta_s())}")
+        table.add_row("time", f"{fmt.duration(c.elapsed_s)} elapsed · ETA {fmt.duration(c.eta_s())}")
         return Group(Text("kgen search", style="bold cyan"), table)
 
     def close(self) -> None:
         self._live.stop()
 
 
+FIRST_CAUSE_MAX_CHARS = 500
+_COMPILER_ERROR = re.compile(r"\berror\b", re.I)
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
+
+
+def first_cause(message: Optional[str]) -> str:
+    """The first cause in an evaluation's message, in one line. A message that opens with a heading
+    ("Triton kernel failed to compile (launch):") gets the first compiler error or exception line
+    below it; otherwise its first line."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head, rest = lines[0], lines[1:]
+    if head.endswith(":") and rest:
+        cause = (next((line for line in rest if _EXCEPTION.match(line)), None)
+                 or next((line for line in rest if _COMPILER_ERROR.search(line)), None) or rest[0])
+        head = f"{head} {cause}"
+    return head if len(head) <= FIRST_CAUSE_MAX_CHARS else head[:FIRST_CAUSE_MAX_CHARS - 1] + "…"
+
+
 def describe(result: EvalResult) -> str:
-    """One line for a finished evaluation: its outcome and the numbers or reason that go with it."""
+    """One line for a finished evaluation: its outcome and the numbers or first cause that go with it."""
     if result.outcome == "correct":
         if result.runtime_ms is None:
             return "correct (untimed: no GPU)"
-        parts = [f"{result.runtime_ms:.4g} ms", f"{fmt_speedup(result.speedup_eager)} vs eager",
-                 f"{fmt_speedup(result.speedup_compile)} vs torch.compile"]
+        parts = [f"{fmt.ms(result.runtime_ms)} ms", f"{fmt.speedup(result.speedup_eager)} vs eager",
+                 f"{fmt.speedup(result.speedup_compile)} vs torch.compile"]
         if result.roofline_pct is not None:
-            parts.append(f"{result.roofline_pct:.0f}% of roofline")
+            parts.append(f"{fmt.pct(result.roofline_pct)} of roofline")
         return "correct: " + ", ".join(parts)
-    reason = (result.message or "").strip().splitlines()
-    return f"{result.outcome}" + (f": {reason[0][:160]}" if reason else "")
+    cause = first_cause(result.message)
+    return result.outcome + (f": {cause}" if cause else "")
 
 
-def summary_lines(summary) -> list[str]:
-    """The end of a search in a few lines: the run, its best candidate, tokens, how to export it."""
+def summary_lines(summary, db: Optional[str] = None) -> list[str]:
+    """The end of a search in a few lines: the run, its best candidate, tokens, and the command that
+    exports it (with `--db` when the search wrote to a DB given on its command line)."""
     lines = [f"run {summary.run_id} {summary.status}: {summary.problem}, {summary.rounds_done}/"
              f"{summary.rounds_planned} rounds, {summary.candidates} candidates, {summary.correct} correct, "
-             f"{fmt_duration(summary.wall_s)}"]
+             f"{fmt.duration(summary.wall_s)}"]
     if summary.best_id is None:
         lines.append("best: no correct candidate yet")
     elif summary.best_runtime_ms is None:
         lines.append(f"best: candidate {summary.best_id} (correct; untimed: no GPU, so no speedups or roofline %)")
     else:
-        roofline = f", {summary.best_roofline_pct:.0f}% of roofline" if summary.best_roofline_pct is not None else ""
-        lines.append(f"best: candidate {summary.best_id}: {summary.best_runtime_ms:.4g} ms, "
-                     f"{fmt_speedup(summary.best_speedup_eager)} vs eager, "
-                     f"{fmt_speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}")
+        roofline = (f", {fmt.pct(summary.best_roofline_pct)} of roofline"
+                    if summary.best_roofline_pct is not None else "")
+        lines.append(f"best: candidate {summary.best_id}: {fmt.ms(summary.best_runtime_ms)} ms, "
+                     f"{fmt.speedup(summary.best_speedup_eager)} vs eager, "
+                     f"{fmt.speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}")
     lines.append(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out")
-    if summary.export_command:
-        lines.append(f"export: {summary.export_command}")
+    if summary.best_id is not None:
+        from kgen.export import default_module_file
+
+        lines.append("export: " + fmt.command("export", summary.best_id, "-o", default_module_file(summary.problem),
+                                              db=db))
     return lines
 
 

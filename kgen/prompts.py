@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import jinja2
 
-from kgen import pyast
+from kgen import fmt, pyast
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
@@ -46,24 +46,7 @@ def bundled_prompts_dir() -> Path:
 
 
 def _ms(value: Optional[float]) -> str:
-    return "not timed" if value is None else f"{value:.4g} ms"
-
-
-def _speedup(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _pct(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.1f}%"
-
-
-def _si(value: Optional[float]) -> str:
-    if value is None:
-        return "-"
-    for factor, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.2f}{suffix}"
-    return f"{value:.0f}"
+    return "not timed" if value is None else f"{fmt.ms(value)} ms"
 
 
 def _candidate_view(c: ScoredCandidate) -> dict[str, Any]:
@@ -135,7 +118,7 @@ class PromptRenderer:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
                                       autoescape=False)
-        self.env.filters.update(ms=_ms, speedup=_speedup, pct=_pct, si=_si)
+        self.env.filters.update(ms=_ms, speedup=fmt.speedup, pct=fmt.pct, si=fmt.si)
 
     def template_path(self, name: str) -> str:
         for folder in self.search_path:

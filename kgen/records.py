@@ -39,6 +39,10 @@ FAILURE_OUTCOMES = tuple(o.value for o in (Outcome.STATIC_REJECT, Outcome.COMPIL
 NO_CODE = Outcome.NO_CODE.value
 NOT_RUN = Outcome.NOT_RUN.value
 LANGUAGES = ("triton", "cuda")
+# The choices a search takes (kept here, with no heavy imports, so the CLI checks them at once).
+LANGUAGE_CHOICES = (*LANGUAGES, "any")
+PROPOSER_KINDS = ("openai", "offline", "replay")
+SIZES = ("full", "small")
 
 
 @dataclass
@@ -56,6 +60,7 @@ class EvalSettings:
     baseline_compile_ms: Optional[float] = None
     floor_ms: Optional[float] = None
     cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
+    sandbox: str = "bwrap"  # "bwrap" | "none" (--no-sandbox: recorded with every result)
 
 
 @dataclass

@@ -19,8 +19,8 @@ from sqlalchemy import func, select
 from kgen import __version__
 from kgen.db import Candidate, Database, Evaluation
 from kgen.errors import KgenError
-from kgen.leaderboard import (COLUMNS, NUMERIC_COLUMNS, LeaderboardRow, RunRow, fmt_proposer, fmt_when, fmt_x,
-                              leaderboard, row_cells, run_rows)
+from kgen.fmt import Column
+from kgen.leaderboard import COLUMNS, RUN_COLUMNS, LeaderboardRow, RunRow, leaderboard, row_cells, run_cells, run_rows
 
 # Stacking order, bottom up, and colours (colour-blind-safe where it matters: correct vs the rest).
 OUTCOME_COLORS = {
@@ -220,7 +220,7 @@ def plot_roofline(correct: list[LeaderboardRow]) -> Optional[str]:
         best = min(rows, key=lambda r: r.runtime_ms)
         ax.annotate(f"#{best.candidate_id} (best)", (best.runtime_ms, best.roofline_pct), xytext=(-8, 10),
                     textcoords="offset points", ha="right", fontsize=9,
-                    arrowprops=dict(arrowstyle="-", color="#444444", linewidth=0.6))
+                    arrowprops={"arrowstyle": "-", "color": "#444444", "linewidth": 0.6})
         ax.set_title(f"{problem} on {device}", fontsize=10)
         ax.set_xlabel("runtime (ms, lower is better)")
         ax.set_ylabel("% of roofline (higher is better)")
@@ -252,10 +252,10 @@ img { max-width: 100%; height: auto; display: block; margin: 8px 0; }
 """
 
 
-def _table(header: list[str], rows: list[list[str]], numeric: set[str]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="num">{html.escape(c)}</td>' if h in numeric
-                                    else f"<td>{html.escape(c)}</td>" for h, c in zip(header, row)) + "</tr>"
+def _table(columns: tuple[Column, ...], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f'<td class="num">{html.escape(cell)}</td>' if c.numeric
+                                    else f"<td>{html.escape(cell)}</td>" for c, cell in zip(columns, row)) + "</tr>"
                    for row in rows)
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
@@ -276,20 +276,13 @@ def render_html(data: ReportData, db_url: str) -> str:
     parts.append("<h2>Leaderboard</h2>")
     if data.board:
         parts.append("<p>The best correct, non-suspicious candidate per problem, device and size.</p>")
-        parts.append(_table(list(COLUMNS), [row_cells(r) for r in data.board], NUMERIC_COLUMNS))
+        parts.append(_table(COLUMNS, [row_cells(r) for r in data.board]))
     else:
         parts.append(_note("No correct candidates yet."))
 
     parts.append("<h2>Runs</h2>")
     if data.runs:
-        header = ["run", "problem", "device", "settings", "status", "rounds", "candidates", "correct",
-                  "best vs eager", "best vs compile", "tokens in / out", "started"]
-        rows = [[str(h.run.run_id), h.run.problem, h.run.device or "-",
-                 f"{fmt_proposer(h.run.proposer, h.run.model)}, {h.run.size}, {h.run.candidates_per_round}/round",
-                 h.run.status, f"{h.run.rounds_done}/{h.run.rounds_planned}", str(h.run.candidates),
-                 str(h.run.correct), fmt_x(h.run.best_speedup_eager), fmt_x(h.run.best_speedup_compile),
-                 f"{h.run.tokens_in:,} / {h.run.tokens_out:,}", fmt_when(h.run.started_at)] for h in data.runs]
-        parts.append(_table(header, rows, {"run", "candidates", "correct", "best vs eager", "best vs compile"}))
+        parts.append(_table(RUN_COLUMNS, [run_cells(h.run) for h in data.runs]))
     else:
         parts.append(_note("No runs (the candidates here were evaluated outside a search)."))
 

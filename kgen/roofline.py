@@ -28,18 +28,16 @@ is used to call a time physically impossible (`suspicious`), and a legitimate ke
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import math
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from kgen.problems import Problem, TensorSpec
-
 
 FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
 
@@ -50,7 +48,7 @@ class Roofline:
     flops: int
     dtype: str = "float32"  # the problem's floating dtype: it decides which arithmetic may pass the check
 
-    def compute_rate(self, ceilings: "Ceilings", rtol: float | None = None) -> float:
+    def compute_rate(self, ceilings: Ceilings, rtol: float | None = None) -> float:
         """FLOP/s of the fastest arithmetic that can pass the accuracy check (module docstring)."""
         rate = ceilings.fp32_flops_per_s
         if self.dtype in ("float16", "bfloat16"):
@@ -59,13 +57,13 @@ class Roofline:
             return max(rate, ceilings.tf32_flops_per_s / 3)
         return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
 
-    def floor_ms(self, ceilings: "Ceilings | None", rtol: float | None = None) -> float | None:
+    def floor_ms(self, ceilings: Ceilings | None, rtol: float | None = None) -> float | None:
         if ceilings is None:
             return None
         return 1e3 * max(self.bytes_moved / ceilings.bandwidth_bytes_per_s,
                          self.flops / self.compute_rate(ceilings, rtol))
 
-    def bound(self, ceilings: "Ceilings", rtol: float | None = None) -> str:
+    def bound(self, ceilings: Ceilings, rtol: float | None = None) -> str:
         mem = self.bytes_moved / ceilings.bandwidth_bytes_per_s
         return "memory" if mem >= self.flops / self.compute_rate(ceilings, rtol) else "compute"
 
@@ -231,7 +229,7 @@ class ProblemFigures:
     changes: list[str]  # "batch_size 100→2" for each constant the size sets
 
 
-def problem_figures(problem: Problem, ceilings: "Ceilings | None") -> ProblemFigures:
+def problem_figures(problem: Problem, ceilings: Ceilings | None) -> ProblemFigures:
     roof = compute_roofline(problem)
     floor = roof.floor_ms(ceilings)
 
@@ -282,7 +280,7 @@ def measure_ceilings(device_index: int = 0) -> Ceilings:
         prev = torch.backends.cuda.matmul.allow_tf32
         n = 8192
         a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-        rate = lambda ms: 2 * n**3 / (ms / 1e3)  # noqa: E731
+        rate = lambda ms: 2 * n**3 / (ms / 1e3)
         try:
             torch.backends.cuda.matmul.allow_tf32 = False
             fp32 = rate(_median_ms(lambda: a @ b, 10))

@@ -1,136 +1,328 @@
-"""Subprocess isolation: run one job of `kgen.eval_worker` in a fresh process the caller survives.
+"""The sandbox a candidate runs in: bubblewrap (`bwrap`), configured here, started by the judge.
 
-The child starts in its own session (so its process group, children included, dies with one
-`killpg`), in a fresh temporary working directory, with an environment scrubbed of secrets, with
-no network and in its own PID namespace where `unshare` allows it (so even a child that calls
-setsid() dies when the worker does), with core dumps off and a cap on file sizes. Its stdout and
-stderr go to files the candidate cannot find from its working directory and are read back
-truncated. The job goes in on stdin; the result comes back through an unlinked temporary file
-passed as an inherited descriptor, authenticated with an HMAC keyed by a per-run nonce, so a
-candidate that prints or writes a "result" of its own and exits gets a runtime_error, not a pass.
+Every process that runs candidate code (the compile step and the runner, kgen.harness) starts as
 
-A candidate runs in the same interpreter as the worker, so a candidate written against kgen's own
-internals could still find the nonce in memory; the HMAC stops forgeries that do not, and every
-check the worker makes uses functions captured before the candidate was imported.
+    bwrap --unshare-all --disable-userns --uid 65534 --gid 65534 --cap-drop ALL --die-with-parent
+          --new-session --seccomp FD --ro-bind <system, Python, torch, kgen/> --tmpfs /tmp
+          --proc /proc --dev /dev [--dev-bind /dev/nvidia*] ... python -m kgen.harness.X
+
+so it has its own user, PID, network, IPC, UTS and cgroup namespaces (no network at all, no other
+process visible, a fresh /proc with no host /proc beneath it), uid 65534 and no capabilities,
+`no_new_privs`, the seccomp filter of kgen.harness.seccomp, a read-only view of exactly the system
+directories, the Python installation, the packages it imports and kgen's own package (never the
+repository around it, the results DB, the user's home or kgen's cache beyond the builds it is
+given), a private writable tmpfs as /tmp and $HOME, and of /dev only the standard nodes and the GPU's.
+Its environment is built from an allow-list (`sandbox_env`), never copied from ours. Its stdout and
+stderr are pipes this process holds and drains into bounded buffers; nothing is re-opened by path.
+
+When kgen runs as root and the Python installation is readable by uid 65534, bubblewrap itself is
+started as uid 65534 (so the sandbox is nobody outside its namespace too); otherwise uid 65534 inside
+the sandbox maps to kgen's own user outside it, which owns nothing the sandbox can reach.
+
+`--no-sandbox` (SandboxMode.NONE) runs the same processes without bubblewrap, with the same
+environment allow-list and pipes: every result it produces records that it was not sandboxed.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
-import hashlib
-import hmac
-import json
 import os
 import resource
-import secrets
 import shutil
 import signal
+import site
 import subprocess
 import sys
-import tempfile
-import time
+import threading
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-# Substrings of environment variable names that are never passed to a candidate.
-SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-SECRET_NAME_PREFIXES = ("OPENAI_",)
-OUTPUT_TAIL_BYTES = 16_000
-RESULT_MAX_BYTES = 4 << 20
-# Caps on what a candidate may write: enough for CUDA builds and Triton caches, not for filling a disk.
-FILE_SIZE_LIMIT_BYTES = 2 << 30
+from kgen.errors import KgenError
+
+SANDBOX_UID = 65534
+TMPFS_BYTES = 4 << 30
+FILE_SIZE_LIMIT_BYTES = 2 << 30  # enough for CUDA builds and Triton caches, not for filling a disk
+LOG_HEAD_BYTES = 4_000
+LOG_TAIL_BYTES = 16_000
+INSTALL_HINT = ("bubblewrap (bwrap) is not installed; kgen runs every candidate inside it: install it "
+                "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or pass "
+                "--no-sandbox to evaluate without it (every result then records that it was not sandboxed)")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+             "localtime")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+# Variables a sandboxed process may see, copied from ours when set; everything else is dropped.
+PASSED_THROUGH = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "TRITON_PTXAS_PATH",
+                  "TRITON_LIBCUDA_PATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
 
 
-def scrubbed_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """This process's environment without anything that looks like a credential."""
-    env = {name: value for name, value in os.environ.items()
-           if not any(part in name.upper() for part in SECRET_NAME_PARTS)
-           and not name.upper().startswith(SECRET_NAME_PREFIXES)}
-    env.update(extra or {})
-    return env
+class SandboxMode(str, Enum):
+    BWRAP = "bwrap"
+    NONE = "none"  # --no-sandbox
+
+    def __str__(self) -> str:
+        return self.value
 
 
-@functools.lru_cache(maxsize=4)
-def isolation_prefix(device: str) -> tuple[str, ...]:
-    """The `unshare` command line that gives the child no network and its own PID namespace (with its
-    own /proc, so no other process's environment can be read), or ()
-    where the OS refuses (no user namespaces, seccomp ...). Checked once per process; on a GPU the
-    probe also initializes the CUDA driver inside the namespaces, so they never cost us the GPU.
-    KGEN_SANDBOX_NAMESPACES=0 turns them off."""
-    if os.environ.get("KGEN_SANDBOX_NAMESPACES", "1") == "0" or not shutil.which("unshare"):
-        return ()
-    probe = [sys.executable, "-c", "import ctypes,sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))"] \
-        if device.startswith("cuda") else ["true"]
-    pid = ["--fork", "--pid", "--kill-child"]
-    candidates = [("unshare", *pid, "--mount-proc", "--net"), ("unshare", "--map-root-user", *pid, "--mount-proc", "--net"),
-                  ("unshare", *pid, "--net"), ("unshare", "--map-root-user", *pid, "--net"),
-                  ("unshare", "--net"), ("unshare", "--map-root-user", "--net")]
-    for prefix in candidates:
-        try:
-            done = subprocess.run([*prefix, "--", *probe], capture_output=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return ()
+class SandboxUnavailable(RuntimeError):
+    """The sandbox could not be set up (a harness fault, never the candidate's)."""
+
+
+def bwrap_path() -> Optional[str]:
+    return shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/usr/local/bin/bwrap") if os.path.exists(p)),
+                                         None)
+
+
+def check_sandbox(mode: SandboxMode) -> None:
+    """Raise a one-line KgenError when `mode` cannot run here (called before any work starts)."""
+    if mode is SandboxMode.NONE:
+        return
+    if bwrap_path() is None:
+        raise KgenError(INSTALL_HINT)
+    from kgen.harness import seccomp
+
+    if not seccomp.available():
+        raise KgenError("libseccomp is not installed; the sandbox needs it for its system-call filter "
+                        "(Debian/Ubuntu: apt-get install libseccomp2), or pass --no-sandbox")
+    problem = _bwrap_problem()
+    if problem:
+        raise KgenError(f"bubblewrap cannot create a sandbox here ({problem}); user namespaces may be disabled "
+                        "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces), or pass --no-sandbox")
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_problem() -> str:
+    try:
+        done = subprocess.run([bwrap_path(), "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                               "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]
+
+
+def _module_root(name: str) -> Optional[Path]:
+    """The sys.path entry a top-level package is imported from (without importing it)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    origin = Path(spec.origin).resolve()
+    return origin.parent.parent if origin.name == "__init__.py" else origin.parent
+
+
+def kgen_package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=1)
+def python_paths() -> tuple[Path, ...]:
+    """What Python, torch and triton need, read-only: the interpreter's prefixes and the library
+    directories (site-packages), never a sys.path entry that is a project folder or a home."""
+    paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent}
+    for p in site.getsitepackages():
+        paths.add(Path(p))
+    for name in ("torch", "triton", "numpy", "typing_extensions", "sympy", "filelock", "jinja2", "networkx",
+                 "fsspec", "mpmath", "markupsafe"):
+        root = _module_root(name)
+        if root is not None:
+            paths.add(root)
+    kgen_parent = kgen_package_dir().parent
+    resolved = sorted({p.resolve() for p in paths if p.exists() and p.resolve() != kgen_parent})
+    return tuple(p for p in resolved if not any(p != q and p.is_relative_to(q) for q in resolved))
+
+
+def gpu_device_nodes() -> list[str]:
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*")) + sorted(
+        str(p) for p in Path("/dev").glob("nvidia-caps/*"))
+
+
+def _libcuda_dir() -> Optional[str]:
+    """Where libcuda.so.1 lives (Triton asks `ldconfig -p` otherwise, which starts a process)."""
+    import ctypes.util
+
+    candidates = [os.environ.get("TRITON_LIBCUDA_PATH")] if os.environ.get("TRITON_LIBCUDA_PATH") else []
+    candidates += ["/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64/stubs"]
+    for d in candidates:
+        if d and os.path.exists(os.path.join(d, "libcuda.so.1")):
+            return d
+    found = ctypes.util.find_library("cuda")
+    return os.path.dirname(found) if found and os.path.isabs(found) else None
 
 
 @dataclass
-class SandboxRun:
-    """How one child run ended, and the result it sent (None when it sent no valid one)."""
+class SandboxSpec:
+    """What one sandboxed process may see and do."""
 
-    result: Optional[dict[str, Any]]
-    returncode: Optional[int]
-    timed_out: bool
-    wall_s: float
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-    isolation: list[str] = field(default_factory=list)
-    result_problem: str = ""  # why `result` is None although the child exited
-
-    def exit_description(self) -> str:
-        rc = self.returncode
-        if self.timed_out:
-            return f"killed after the {self.wall_s:.0f} s time limit"
-        if rc is None:
-            return "did not finish"
-        if rc < 0 or rc > 128 and rc - 128 in signal.Signals._value2member_map_:
-            sig = -rc if rc < 0 else rc - 128
-            try:
-                name = signal.Signals(sig).name
-            except ValueError:
-                name = str(sig)
-            return f"killed by signal {name}"
-        return f"exited with status {rc}"
+    gpu: bool = False
+    read_only: list[Path] = field(default_factory=list)  # beyond system, Python and kgen/
+    writable: list[Path] = field(default_factory=list)   # bound read-write at the same path
+    env: dict[str, str] = field(default_factory=dict)    # added to the allow-listed environment
+    memory_limit_bytes: Optional[int] = None
 
 
-def _tail(path: Path, limit: int = OUTPUT_TAIL_BYTES) -> str:
+def sandbox_env(spec: SandboxSpec, mode: SandboxMode, workdir: str) -> dict[str, str]:
+    """The environment of a sandboxed process: built here, never copied wholesale from ours."""
+    bins = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin",
+            str(Path(sys.executable).parent)]
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        bins.insert(0, os.path.join(cuda_home, "bin"))
+    home = os.path.join(workdir, "home")
+    env = {"PATH": ":".join(dict.fromkeys(bins)), "HOME": home, "TMPDIR": workdir, "USER": "kgen", "LOGNAME": "kgen",
+           "LANG": "C.UTF-8", "PYTHONPATH": str(kgen_package_dir().parent), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1", "KGEN_SANDBOX": str(mode),
+           "TORCH_EXTENSIONS_DIR": os.path.join(home, "torch_extensions"),
+           "TRITON_HOME": home}
+    for name in PASSED_THROUGH:
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    if spec.gpu:
+        libcuda = _libcuda_dir()
+        if libcuda and "TRITON_LIBCUDA_PATH" not in env:
+            env["TRITON_LIBCUDA_PATH"] = libcuda
+    env.update(spec.env)
+    return env
+
+
+def _bind_args(spec: SandboxSpec) -> list[str]:
+    args: list[str] = []
+    for top in SYSTEM_DIRS:
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    bound = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    ro = list(python_paths()) + [kgen_package_dir()] + [Path(p).resolve() for p in spec.read_only]
+    if spec.gpu:
+        ro += [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p and os.path.isdir(p)]
+        libcuda = _libcuda_dir()
+        if libcuda:
+            ro.append(Path(libcuda))
+    for path in ro:
+        if path.exists() and not any(path.is_relative_to(b) for b in bound):
+            args += ["--ro-bind", str(path), str(path)]
+            bound.append(path)
+    for path in spec.writable:
+        args += ["--bind", str(Path(path).resolve()), str(Path(path).resolve())]
+    if spec.gpu:
+        for node in gpu_device_nodes():
+            args += ["--dev-bind", node, node]
+        args += ["--ro-bind", "/sys", "/sys"]
+    return args
+
+
+def bwrap_command(argv: list[str], spec: SandboxSpec, seccomp_fd: Optional[int], workdir: str) -> list[str]:
+    """The full bubblewrap command line that runs `argv` under `spec`."""
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    return [bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--hostname", "kgen-sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", *seccomp,
+            "--size", str(TMPFS_BYTES), "--tmpfs", workdir, "--dir", os.path.join(workdir, "home"),
+            "--proc", "/proc", "--dev", "/dev",
+            *_bind_args(spec), "--chdir", workdir, "--", *argv]
+
+
+class BoundedLog:
+    """The first and last bytes of a stream, and how many there were: a candidate may print gigabytes."""
+
+    def __init__(self):
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self.lock:
+            self.total += len(data)
+            room = LOG_HEAD_BYTES - len(self.head)
+            if room > 0:
+                self.head += data[:room]
+                data = data[room:]
+            self.tail += data
+            if len(self.tail) > LOG_TAIL_BYTES:
+                del self.tail[:len(self.tail) - LOG_TAIL_BYTES]
+
+    def text(self) -> str:
+        with self.lock:
+            cut = self.total - len(self.head) - len(self.tail)
+            middle = f"\n[... {cut} bytes cut ...]\n" if cut > 0 else ""
+            return (bytes(self.head).decode(errors="replace") + middle + bytes(self.tail).decode(errors="replace"))
+
+
+def _drain(pipe, log: BoundedLog) -> None:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            if size > limit:
-                f.seek(size - limit)
-            data = f.read(limit)
+        while True:
+            data = os.read(pipe.fileno(), 1 << 16)
+            if not data:
+                break
+            log.feed(data)
     except OSError:
-        return ""
-    text = data.decode(errors="replace")
-    return (f"[... {size - limit} bytes cut ...]\n" + text) if size > limit else text
+        pass
+    finally:
+        pipe.close()
 
 
-def limit_own_resources(memory_limit_bytes: Optional[int]) -> None:
-    """Called by the worker on itself before any candidate code runs."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES))
-    if memory_limit_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+def _reachable_by_nobody(path: Path) -> bool:
+    """Whether uid 65534 can reach `path`: every directory above it searchable by others (kgen's
+    own cache under a 0700 /root is not), the path itself readable."""
+    import stat
+
+    path = Path(path).resolve()
+    for parent in reversed(path.parents):
+        try:
+            if not parent.stat().st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IROTH) or path.stat().st_uid == SANDBOX_UID
+
+
+def _drop_to_nobody(spec: SandboxSpec) -> bool:
+    """Start bubblewrap itself as uid 65534 (kgen runs as root): when Python works for nobody here and
+    every path the sandbox binds can be reached by it."""
+    return _run_as_nobody(spec.gpu) and all(_reachable_by_nobody(p) for p in [*spec.read_only, *spec.writable])
+
+
+@functools.lru_cache(maxsize=2)
+def _run_as_nobody(gpu: bool) -> bool:
+    """Whether bubblewrap can itself run as uid 65534 here (kgen runs as root, and the Python
+    installation and packages are readable by nobody): a probe, once per process."""
+    if os.geteuid() != 0:
+        return False
+    spec = SandboxSpec(gpu=gpu)
+    try:
+        argv = bwrap_command([sys.executable, "-c", "import torch"], spec, None, "/tmp")
+        done = subprocess.run(argv, capture_output=True, timeout=120, user=SANDBOX_UID, group=SANDBOX_UID,
+                              extra_groups=[], cwd="/", env=sandbox_env(spec, SandboxMode.BWRAP, "/tmp"))
+        return done.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _limits(memory_limit_bytes: Optional[int]):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES))
+        if memory_limit_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+
+    return apply
 
 
 def cpu_memory_limit_bytes() -> Optional[int]:
     """Address-space cap for CPU evaluations (a CUDA process maps far more than it uses, so none
     there): KGEN_EVAL_MEMORY_GB, else 3/4 of this machine's memory, so a candidate allocating huge
-    tensors fails with an error in its own process instead of waking the OOM killer."""
+    tensors fails in its own process instead of waking the OOM killer."""
     if os.environ.get("KGEN_EVAL_MEMORY_GB"):
         return int(float(os.environ["KGEN_EVAL_MEMORY_GB"]) * (1 << 30))
     try:
@@ -140,143 +332,92 @@ def cpu_memory_limit_bytes() -> Optional[int]:
     return max(total * 3 // 4, 4 << 30)
 
 
-def sign(payload: bytes, nonce: str) -> str:
-    return hmac.new(nonce.encode(), payload, hashlib.sha256).hexdigest()
+class SandboxedProcess:
+    """One process of the harness (`python -m MODULE`), started in the sandbox with the given end of
+    a socketpair as its channel (its descriptor number is its last argument)."""
 
+    def __init__(self, module: str, spec: SandboxSpec, mode: SandboxMode, channel_fd: int):
+        import tempfile
 
-@dataclass
-class _Child:
-    """A started worker process waiting for its job on stdin, and the private files that go with it."""
+        self.mode = mode
+        self.runs_as: Optional[int] = None  # the uid bubblewrap itself runs as, when not ours
+        self.stdout, self.stderr = BoundedLog(), BoundedLog()
+        self._host_workdir: Optional[str] = None
+        argv = [sys.executable, "-m", module, str(channel_fd)]
+        pass_fds = [channel_fd]
+        kwargs = {}
+        if mode is SandboxMode.BWRAP:
+            from kgen.harness.seccomp import escape_filter_bpf
 
-    proc: subprocess.Popen
-    nonce: str
-    private: Path
-    workdir: Path
-    result_file: Any
-    prefix: tuple[str, ...]
-    memory_limit: Optional[int]
-
-    def discard(self) -> None:
-        _kill_group(self.proc)
-        self.result_file.close()
-        shutil.rmtree(self.private, ignore_errors=True)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def _spawn(device: str, extra_env: Optional[dict[str, str]], workdir_parent: Optional[str]) -> _Child:
-    private = Path(tempfile.mkdtemp(prefix="kgen-eval-io-"))  # logs: outside the child's cwd
-    workdir = Path(tempfile.mkdtemp(prefix="kgen-eval-", dir=workdir_parent))
-    result_file = tempfile.TemporaryFile(dir=private)
-    env = scrubbed_env(extra_env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parent.parent),
-                                                    env.get("PYTHONPATH", "")] if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["TMPDIR"] = str(workdir)
-    prefix = isolation_prefix(device)
-    with open(private / "stdout", "wb") as out, open(private / "stderr", "wb") as err:
-        proc = subprocess.Popen(_command(prefix), stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir,
-                                env=env, pass_fds=(result_file.fileno(),), start_new_session=True)
-    return _Child(proc=proc, nonce=secrets.token_hex(32), private=private, workdir=workdir, result_file=result_file,
-                  prefix=prefix, memory_limit=cpu_memory_limit_bytes() if device == "cpu" else None)
-
-
-# One started worker per configuration, kept by long-lived evaluators (keep_spare_workers): it imports
-# torch and triton while the current candidate runs, and takes the next job. Each job still gets a
-# process, directory and nonce no candidate has touched.
-_spares: dict[tuple, _Child] = {}
-_keep_spares = False
-
-
-def keep_spare_workers(enabled: bool = True) -> None:
-    """From now on, start the next worker while the current one runs (the GPU evaluators do this)."""
-    global _keep_spares
-    _keep_spares = enabled
-    if not enabled:
-        discard_spare_workers()
-
-
-@atexit.register
-def discard_spare_workers() -> None:
-    while _spares:
-        _spares.popitem()[1].discard()
-
-
-def run_worker(job: dict[str, Any], timeout_s: float, device: str, extra_env: Optional[dict[str, str]] = None,
-               workdir_parent: Optional[str] = None) -> SandboxRun:
-    """Run `python -m kgen.eval_worker` on `job` in a fresh, isolated process; never raises for
-    anything the child does. The time limit counts from when the job is handed over."""
-    key = (device, tuple(sorted((extra_env or {}).items())), workdir_parent)
-    child = _spares.pop(key, None)
-    if child is not None and child.proc.poll() is not None:  # the spare died while waiting
-        child.discard()
-        child = None
-    if child is None:
-        child = _spawn(device, extra_env, workdir_parent)
-    payload = json.dumps(dict(job, result_fd=child.result_file.fileno(), nonce=child.nonce,
-                              workdir=str(child.workdir), memory_limit_bytes=child.memory_limit)).encode()
-    started = time.monotonic()
-    timed_out = False
-    proc = child.proc
-    try:
+            workdir = "/tmp"
+            seccomp_fd = os.memfd_create("kgen-seccomp")
+            os.write(seccomp_fd, escape_filter_bpf())
+            os.lseek(seccomp_fd, 0, os.SEEK_SET)
+            pass_fds.append(seccomp_fd)
+            env = sandbox_env(spec, mode, workdir)
+            command = bwrap_command(argv, spec, seccomp_fd, workdir)
+            if _drop_to_nobody(spec):
+                self.runs_as = SANDBOX_UID
+                for path in spec.writable:  # fresh directories of this evaluation: theirs to write
+                    self.hand_over(path)
+                kwargs = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
+            self.isolation = "bubblewrap: own user/PID/network/IPC namespaces, uid 65534, no capabilities, seccomp"
+            cwd = "/"
+        else:
+            self._host_workdir = tempfile.mkdtemp(prefix="kgen-nosandbox-")
+            os.makedirs(os.path.join(self._host_workdir, "home"))
+            env = sandbox_env(spec, mode, self._host_workdir)
+            command, seccomp_fd, cwd = argv, None, self._host_workdir
+            self.isolation = "none (--no-sandbox): a plain process with an allow-listed environment"
         try:
-            proc.stdin.write(payload)
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass  # it died at once; its exit status says how
-        if _keep_spares:
-            _spares[key] = _spawn(device, extra_env, workdir_parent)
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=pass_fds,
+                                         start_new_session=True, preexec_fn=_limits(spec.memory_limit_bytes),
+                                         **kwargs)
+        except OSError as e:
+            raise SandboxUnavailable(f"cannot start {module}: {e}") from e
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        self._readers = [threading.Thread(target=_drain, args=(pipe, log), daemon=True)
+                         for pipe, log in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))]
+        for t in self._readers:
+            t.start()
+
+    def hand_over(self, path) -> None:
+        """Make a directory tree the sandbox's to write: owned by the uid it runs as, when not ours."""
+        if self.runs_as is None:
+            return
+        for root, dirs, files in os.walk(path):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.chown(name, self.runs_as, self.runs_as, follow_symlinks=False)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL it and everything it started (bubblewrap takes its PID namespace down with it)."""
         try:
-            proc.wait(timeout=timeout_s)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            timed_out = True
-    finally:
-        _kill_group(proc)
-    wall_s = time.monotonic() - started
-    result, problem = _read_result(child.result_file, child.nonce)
-    run = SandboxRun(result=None if timed_out else result, returncode=proc.returncode,
-                     timed_out=timed_out, wall_s=wall_s, stdout_tail=_tail(child.private / "stdout"),
-                     stderr_tail=_tail(child.private / "stderr"), isolation=list(child.prefix), result_problem=problem)
-    child.discard()
-    return run
+            pass
+        for t in self._readers:
+            t.join(timeout=5)
+        if self._host_workdir:
+            shutil.rmtree(self._host_workdir, ignore_errors=True)
 
-
-def _command(prefix: tuple[str, ...]) -> list[str]:
-    worker = [sys.executable, "-m", "kgen.eval_worker"]
-    if "--pid" in prefix:
-        # A shell is the namespace's init, the worker its child: init ignores signals it has no handler
-        # for (a candidate's os.kill(os.getpid(), SIGKILL) would do nothing), and when init exits the
-        # kernel kills everything left in the namespace.
-        return [*prefix, "--", "/bin/sh", "-c", '"$@"; exit $?', "sh", *worker]
-    return [*prefix, "--", *worker] if prefix else worker
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's whole process group (its own children too), then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _read_result(result_file, nonce: str) -> tuple[Optional[dict[str, Any]], str]:
-    try:
-        result_file.seek(0)
-        data = result_file.read(RESULT_MAX_BYTES + 1)
-    except OSError as e:
-        return None, f"its result could not be read: {e}"
-    if not data:
-        return None, "it sent no result"
-    if len(data) > RESULT_MAX_BYTES:
-        return None, "its result was too large"
-    try:
-        envelope = json.loads(data)
-        body = envelope["body"].encode()
-        if not hmac.compare_digest(envelope["mac"], sign(body, nonce)):
-            return None, "its result was not signed by the worker (forged)"
-        return json.loads(body), ""
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None, "its result was garbled"
+    def exit_description(self) -> str:
+        rc = self.proc.poll()
+        if rc is None:
+            return "was still running"
+        if rc < 0 or rc > 128:
+            sig = -rc if rc < 0 else rc - 128
+            try:
+                return f"was killed by signal {signal.Signals(sig).name}"
+            except ValueError:
+                return f"exited with status {rc}"
+        return f"exited with status {rc}"

@@ -26,17 +26,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from sqlalchemy import func, select
-
-from kgen import store
-from kgen.db import Candidate, Database, LLMCall, Run, open_db
+from kgen import fmt, store
+from kgen.db import Database, DatabaseUnavailableError, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
 from kgen.records import EvalSettings
 
-NO_GPU_NOTE = ("No GPU: candidates run under Triton's interpreter (CUDA sources are only compiled); no timings "
-               "are measured, and candidates are ranked by correctness only.")
+CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
+GPU_CANDIDATES = 8
 
 
 @dataclass
@@ -45,9 +43,9 @@ class SearchConfig:
 
     problem: str
     rounds: int = 10
-    candidates: int = 8
+    candidates: Optional[int] = None  # None: GPU_CANDIDATES with a GPU, CPU_CANDIDATES without
     proposer: Optional[str] = None  # None: proposers.default_proposer_kind()
-    language: str = "any"
+    language: Optional[str] = None  # None: any with a GPU; triton without (CUDA could only be compiled)
     size: Optional[str] = None  # None: full with a GPU, small without
     seed: int = 0
     timeout_s: float = 300.0
@@ -60,9 +58,11 @@ class SearchConfig:
     proposer_options: dict = field(default_factory=dict)  # other make_proposer keywords (temperature ...)
     overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
     starters_dir: Optional[str] = None  # the offline proposer's starter kernels (default: beside the problem)
+    sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
+    baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
 
     @classmethod
-    def from_settings(cls, settings: dict) -> "SearchConfig":
+    def from_settings(cls, settings: dict) -> SearchConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in settings.items() if k in known})
 
@@ -89,26 +89,31 @@ class SearchSummary:
     wall_s: float = 0.0
     timed: bool = True
 
-    @property
-    def export_command(self) -> Optional[str]:
-        if self.best_id is None:
-            return None
-        return f"kgen export {self.best_id} -o {self.problem}_kernel.py"
+
+def no_gpu_note(language: str) -> str:
+    """What a search without a GPU says once, at its start."""
+    note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
+            "by correctness only.")
+    if language != "triton":
+        note += (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
+                 "reported not_run.")
+    return note
 
 
 def validate(config: SearchConfig) -> None:
-    """Bad configuration is a one-line KgenError, raised before any cluster or run exists."""
-    from kgen.proposers import LANGUAGE_CHOICES, PROPOSER_KINDS
+    """Bad configuration is a one-line KgenError, raised before any cluster or run exists. Settings
+    still None are fine: resolve_defaults fills them."""
+    from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS
 
     if config.rounds < 1:
         raise KgenError(f"--rounds must be at least 1 (got {config.rounds})")
-    if config.candidates < 1:
+    if config.candidates is not None and config.candidates < 1:
         raise KgenError(f"--candidates must be at least 1 (got {config.candidates})")
     if config.timeout_s <= 0:
         raise KgenError(f"--timeout must be positive (got {config.timeout_s})")
-    if config.proposer not in PROPOSER_KINDS:
+    if config.proposer is not None and config.proposer not in PROPOSER_KINDS:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
-    if config.language not in LANGUAGE_CHOICES:
+    if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
     if config.starters_dir is not None and config.proposer != "offline":
         raise KgenError(f"--starters is for the offline proposer (this search uses --proposer {config.proposer})")
@@ -120,10 +125,15 @@ def resolve_defaults(config: SearchConfig) -> SearchConfig:
 
     from kgen.proposers import default_proposer_kind
 
+    gpu = torch.cuda.is_available()
     if config.proposer is None:
         config.proposer = default_proposer_kind()
     if config.size is None:
-        config.size = "full" if torch.cuda.is_available() else "small"
+        config.size = "full" if gpu else "small"
+    if config.language is None:
+        config.language = "any" if gpu else "triton"
+    if config.candidates is None:
+        config.candidates = GPU_CANDIDATES if gpu else CPU_CANDIDATES
     return config
 
 
@@ -158,32 +168,15 @@ def make_proposer(config: SearchConfig, problem: Problem):
 
 def load_run(db: Database, run_id: int) -> tuple[SearchConfig, Run]:
     """The configuration of a run to resume, or a one-line KgenError saying why it cannot be."""
-    with db.reader() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise KgenError(f"no run {run_id} in {db.url}")
-        if run.status == "finished":
-            raise KgenError(f"run {run_id} is already finished ({run.rounds_done} of {run.rounds_planned} rounds)")
-        s.expunge(run)
+    run = store.get_run(db, run_id)
+    if run is None:
+        raise KgenError(f"no run {run_id} in {db.url}")
+    if run.status == "finished":
+        raise KgenError(f"run {run_id} is already finished ({run.rounds_done} of {run.rounds_planned} rounds)")
     config = SearchConfig.from_settings(dict(run.settings or {}))
     if not config.problem:
         raise KgenError(f"run {run_id} holds no search settings to resume from")
     return config, run
-
-
-def _round_candidates(db: Database, run_id: int, round_index: int) -> list[tuple[int, str]]:
-    with db.reader() as s:
-        rows = s.execute(select(Candidate.id, Candidate.source).where(
-            Candidate.run_id == run_id, Candidate.round == round_index).order_by(Candidate.id))
-        return [(cid, source) for cid, source in rows]
-
-
-def _tokens(db: Database, run_id: int) -> tuple[int, int]:
-    with db.reader() as s:
-        tokens_in, tokens_out = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
-                                                 func.coalesce(func.sum(LLMCall.tokens_out), 0))
-                                          .where(LLMCall.run_id == run_id)).one()
-    return int(tokens_in), int(tokens_out)
 
 
 class Search:
@@ -206,12 +199,12 @@ class Search:
         from kgen.roofline import compute_roofline, device_ceilings
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
-                                timeout_s=self.config.timeout_s)
+                                timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
         if settings.device == "cpu":
             return settings, None
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
-        self.progress.note("timing the baselines (eager, torch.compile, max-autotune; cached in the DB) while the "
-                           "first candidates compile ...")
+        variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
+        self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
         thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
                                   name="kgen-baselines")
         thread.start()
@@ -221,7 +214,7 @@ class Search:
         from kgen.baselines import get_baselines
 
         try:
-            baselines = get_baselines(self.db, self.problem, device)
+            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune)
         except Exception as e:  # noqa: BLE001 - no baselines means no speedups, not a failed search
             self.progress.note(f"the baselines could not be timed ({type(e).__name__}: {e}); speedups stay empty")
             return
@@ -231,7 +224,7 @@ class Search:
     def run(self, cluster) -> SearchSummary:
         from kgen.workers import Stages
 
-        stages = Stages(cluster, str(self.problem.path), self.problem.size)
+        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         device = stages.device()
         settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
@@ -242,11 +235,11 @@ class Search:
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
         self._seed_counts()
         if device.name == "cpu":
-            self.progress.note(NO_GPU_NOTE)
+            self.progress.note(no_gpu_note(self.config.language))
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
-            stages.cancel()
+            stages.close()
         store.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
@@ -298,6 +291,9 @@ class Search:
                 if event.kind == "timing":
                     timing.add(event.candidate_id)
                     self.progress.timing(event.candidate_id)
+                elif event.kind == "requeued":  # its worker or node died (or kgen's harness failed): again
+                    self.progress.requeued(event.candidate_id, event.note, event.candidate_id in timing)
+                    timing.discard(event.candidate_id)
                 else:
                     store.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
@@ -315,8 +311,7 @@ class Search:
         else:
             store.set_run_status(self.db, self.run_id, "running")
         store.set_run_process(self.db, self.run_id)
-        with self.db.reader() as s:
-            return s.get(Run, self.run_id).rounds_done
+        return store.get_run(self.db, self.run_id).rounds_done
 
     def _round_jobs(self, round_index: int, device: str):
         """This round's candidates to evaluate: new proposals, each stored first; or, for a round a
@@ -324,7 +319,7 @@ class Search:
         from kgen.history import build_history
         from kgen.workers import Job
 
-        stored = _round_candidates(self.db, self.run_id, round_index)
+        stored = store.round_candidates(self.db, self.run_id, round_index)
         if stored:
             evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
             jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
@@ -349,14 +344,12 @@ class Search:
             self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile)
 
     def summary(self, status: str, timed: bool = True) -> SearchSummary:
-        with self.db.reader() as s:
-            run = s.get(Run, self.run_id)
-            rounds_done, rounds_planned, device = run.rounds_done, run.rounds_planned, run.device or "-"
-            candidates = s.scalar(select(func.count()).select_from(Candidate).where(Candidate.run_id == self.run_id))
+        run = store.get_run(self.db, self.run_id)
         correct = store.correct_candidates(self.db, run_id=self.run_id)
-        tokens_in, tokens_out = _tokens(self.db, self.run_id)
-        summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=device,
-                                rounds_done=rounds_done, rounds_planned=rounds_planned, candidates=candidates or 0,
+        tokens_in, tokens_out = store.run_tokens(self.db, self.run_id)
+        summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=run.device or "-",
+                                rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
+                                candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 wall_s=time.monotonic() - self.started, timed=timed)
         if correct:  # fastest first; untimed (no GPU): the first found
@@ -382,21 +375,23 @@ def request_stop(signum=None, frame=None) -> None:
 
 def run_search(db: Database | str | None, config: Optional[SearchConfig] = None, *,
                resume_run_id: Optional[int] = None, ray_address: Optional[str] = None,
-               progress: Optional[SearchProgress] = None) -> SearchSummary:
+               progress: Optional[SearchProgress] = None, cluster=None) -> SearchSummary:
     """Run (or resume) a search to its end. `db`: an open Database, or a URL/path opened once the
-    configuration has been checked (bad input creates no file). Ctrl-C marks the run interrupted and
-    re-raises KeyboardInterrupt; any other failure marks it failed and re-raises."""
+    configuration has been checked (bad input creates no file). `cluster`: a kgen.cluster.Cluster the
+    caller connected and will shut down (kgen bench runs its searches on one); else one is started or
+    joined (`ray_address`) for this search. Ctrl-C marks the run interrupted and re-raises
+    KeyboardInterrupt; any other failure marks it failed and re-raises."""
     if not isinstance(db, Database):
         if resume_run_id is None:
             _check(config)
         database = open_db(db, create=resume_run_id is None)
         try:
             return run_search(database, config, resume_run_id=resume_run_id, ray_address=ray_address,
-                              progress=progress)
+                              progress=progress, cluster=cluster)
         finally:
             database.close()
 
-    from kgen import workers
+    from kgen import cluster as ray_cluster
 
     run_id = None
     if resume_run_id is not None:
@@ -409,16 +404,22 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     progress = progress or SearchProgress()
     search = Search(db, config, problem, proposer, progress, run_id=run_id)
     try:
-        cluster = workers.connect(ray_address)
-        return search.run(cluster)
+        return search.run(cluster or ray_cluster.connect(ray_address))
     except BaseException as e:
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            store.set_run_status(search.db, search.run_id, status)
+            try:
+                store.set_run_status(search.db, search.run_id, status)
+            except DatabaseUnavailableError:
+                pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):
-                progress.note(f"interrupted: run {search.run_id} marked interrupted; "
-                              f"`kgen search --resume {search.run_id}` continues it")
+                resume = fmt.command("search", "--resume", search.run_id, db=fmt.db_option(db.url))
+                progress.note(f"interrupted: run {search.run_id} marked interrupted; `{resume}` continues it")
+            if isinstance(e, DatabaseUnavailableError):
+                raise DatabaseUnavailableError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "
+                                               f"{search.run_id}` continues it once the DB can be used again") from e
         raise
     finally:
         progress.close()
-        workers.shutdown()
+        if cluster is None:
+            ray_cluster.shutdown()

@@ -17,7 +17,6 @@ from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
 from kgen.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
 
 
-
 def normalized_source_hash(source: str) -> str:
     """Hash of a source with Python comments, blank lines and trailing spaces dropped: the same kernel
     re-proposed with other comments is the same candidate. Comments are found with `tokenize`, so a
@@ -68,7 +67,6 @@ def set_run_process(db: Database, run_id: int) -> None:
 def process_alive(settings: Optional[dict]) -> Optional[bool]:
     """Whether the process recorded by set_run_process still runs kgen: None where this machine
     cannot tell (no record, or another host)."""
-    import os
     import socket
 
     proc = (settings or {}).get("process") or {}
@@ -83,15 +81,22 @@ def process_alive(settings: Optional[dict]) -> Optional[bool]:
         return None
 
 
+def round_number(round_index: Optional[int]) -> Optional[int]:
+    """The round as the DB stores it and kgen shows it, counted from 1, for the search's (and proposers')
+    0-based index of it."""
+    return None if round_index is None else round_index + 1
+
+
 def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], round_index: Optional[int],
                  problem: str, problem_hash: Optional[str]) -> int:
     """Store a proposal (and its LLM call, if it came from one) before it is evaluated; returns the
-    candidate id. A proposal without code gets its `no_code` evaluation at once."""
+    candidate id. A proposal without code gets its `no_code` evaluation at once. `round_index` counts
+    from 0; the DB stores round_number(round_index)."""
     with db.session() as s:
         call = None
         if proposal.prompt is not None or proposal.response is not None:
-            call = LLMCall(run_id=run_id, round=round_index, proposer=proposal.proposer, model=proposal.model,
-                           base_url=proposal.base_url,
+            call = LLMCall(run_id=run_id, round=round_number(round_index), proposer=proposal.proposer,
+                           model=proposal.model, base_url=proposal.base_url,
                            template=proposal.template, prompt=proposal.prompt, response=proposal.response,
                            outcome="ok" if proposal.source else NO_CODE, error=proposal.error,
                            tokens_in=proposal.tokens_in, tokens_out=proposal.tokens_out,
@@ -99,7 +104,7 @@ def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], rou
             s.add(call)
             s.flush()
         source = proposal.source or ""
-        cand = Candidate(run_id=run_id, round=round_index, problem=problem, problem_hash=problem_hash,
+        cand = Candidate(run_id=run_id, round=round_number(round_index), problem=problem, problem_hash=problem_hash,
                          source=source, source_hash=normalized_source_hash(source) if source else "",
                          language=proposal.language, parent_ids=list(proposal.parent_ids),
                          proposer=proposal.proposer, model=proposal.model, idea=proposal.idea,
@@ -110,6 +115,13 @@ def add_proposal(db: Database, proposal: Proposal, *, run_id: Optional[int], rou
             s.add(Evaluation(candidate_id=cand.id, outcome=NO_CODE, device="-", size="-",
                              message=proposal.error or "the response held no code block defining ModelNew"))
         return cand.id
+
+
+def _sandbox_kind(details: Optional[dict]) -> Optional[str]:
+    """The kind of sandbox the evaluation reports it ran the candidate in (details["sandbox"]["kind"])."""
+    sandbox = (details or {}).get("sandbox")
+    kind = sandbox.get("kind") if isinstance(sandbox, dict) else None
+    return str(kind) if kind is not None else None
 
 
 def add_evaluation(db: Database, candidate_id: int, result: EvalResult) -> int:
@@ -123,7 +135,7 @@ def add_evaluation(db: Database, candidate_id: int, result: EvalResult) -> int:
                         roofline_pct=result.roofline_pct, torch_ops=list(result.torch_ops),
                         compile_s=result.compile_s, eval_s=result.eval_s, torch_version=result.torch_version,
                         triton_version=result.triton_version, cuda_version=result.cuda_version,
-                        details=result.details)
+                        details=result.details, sandbox=_sandbox_kind(result.details))
         s.add(ev)
         s.flush()
         return ev.id
@@ -218,3 +230,34 @@ def evaluated_candidate_ids(db: Database, run_id: int) -> set[int]:
     with db.reader() as s:
         q = select(Evaluation.candidate_id).join(Candidate).where(Candidate.run_id == run_id)
         return set(s.scalars(q))
+
+
+def get_run(db: Database, run_id: int) -> Optional[Run]:
+    """The run's row as it is now, detached from any session; None if there is no such run."""
+    with db.reader() as s:
+        run = s.get(Run, run_id)
+        if run is not None:
+            s.expunge(run)
+        return run
+
+
+def round_candidates(db: Database, run_id: int, round_index: int) -> list[tuple[int, str]]:
+    """(id, source) of the candidates a run stored for a round (0-based index), in the order stored."""
+    with db.reader() as s:
+        rows = s.execute(select(Candidate.id, Candidate.source).where(
+            Candidate.run_id == run_id, Candidate.round == round_number(round_index)).order_by(Candidate.id))
+        return [(cid, source) for cid, source in rows]
+
+
+def candidate_count(db: Database, run_id: int) -> int:
+    with db.reader() as s:
+        return s.scalar(select(func.count()).select_from(Candidate).where(Candidate.run_id == run_id)) or 0
+
+
+def run_tokens(db: Database, run_id: int) -> tuple[int, int]:
+    """The LLM tokens a run has spent: (in, out)."""
+    with db.reader() as s:
+        tokens_in, tokens_out = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
+                                                 func.coalesce(func.sum(LLMCall.tokens_out), 0))
+                                          .where(LLMCall.run_id == run_id)).one()
+    return int(tokens_in), int(tokens_out)

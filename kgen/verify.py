@@ -28,7 +28,7 @@ from typing import Any, Optional
 import torch
 
 DEFAULT_RTOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-7}
-# Every byte 0xFF: a NaN in fp16, bf16, fp32 and fp64 alike.
+# Every byte 0xFF: a NaN in fp16, bf16, fp32 and fp64 alike (the judge poisons output regions with it).
 POISON_BYTE = 0xFF
 
 
@@ -95,33 +95,6 @@ def same_tensors(a: list[Any], b: list[Any]) -> bool:
         else not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor) for x, y in zip(a, b))
 
 
-def poison_allocator(device: torch.device, sizes_bytes: list[int]) -> None:
-    """Fill the memory the next allocations will likely get with NaN bytes, so a candidate that returns
-    uninitialized memory (hoping for a leftover reference result) returns NaNs: first the cached free
-    blocks of the CUDA caching allocator, then blocks of the outputs' sizes (CPU: the malloc free
-    lists), all allocated at once, filled, and freed."""
-    held = []
-    sizes = list(sizes_bytes)
-    if device.type == "cuda":
-        try:
-            sizes += [b["size"] for seg in torch.cuda.memory_snapshot() for b in seg.get("blocks", [])
-                      if b.get("state") == "inactive"]
-        except RuntimeError:
-            pass
-    for n in sorted(sizes, reverse=True):
-        if n <= 0:
-            continue
-        try:
-            t = torch.empty(int(n), dtype=torch.uint8, device=device)
-        except (RuntimeError, MemoryError):
-            break
-        t.fill_(POISON_BYTE)
-        held.append(t)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    del held
-
-
 def _unravel(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     idx = []
     for s in reversed(shape):
@@ -134,8 +107,16 @@ def _first(mask: torch.Tensor) -> int:
     return int(torch.argmax(mask.flatten().to(torch.uint8)))
 
 
+COMPARE_CHUNK_ELEMENTS = 1 << 24  # float64 temporaries stay ~128 MB each, whatever the output's size
+
+
+def _located(label: str, flat_index: int, shape: tuple[int, ...]) -> str:
+    return f"{label}[{', '.join(map(str, _unravel(flat_index, shape)))}]"
+
+
 def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: float, label: str = "output") -> Comparison:
-    """Judge one output against its float64 reference (see the module docstring for the rule)."""
+    """Judge one output against its float64 reference (see the module docstring for the rule), in
+    chunks, so a 1 GiB output never needs several float64 copies of itself at once."""
     if type(out) is not torch.Tensor:
         return Comparison(False, f"{label} is a {type(out).__module__}.{type(out).__qualname__}, not a plain "
                                  "torch.Tensor", rtol=rtol)
@@ -147,43 +128,61 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         return Comparison(False, f"{label} has dtype {out.dtype}, expected {expected_dtype}", rtol=rtol)
     if out.device != ref.device:
         return Comparison(False, f"{label} is on {out.device}, expected {ref.device}", rtol=rtol)
-    o = out.detach().to(torch.float64)
-    ref_finite = torch.isfinite(ref)
-    out_finite = torch.isfinite(o)
-    fresh_nonfinite = ref_finite & ~out_finite
-    if bool(fresh_nonfinite.any()):
-        i = _first(fresh_nonfinite)
-        idx = _unravel(i, tuple(ref.shape))
-        return Comparison(False, f"{label}[{', '.join(map(str, idx))}] = {o.flatten()[i].item()} where the reference "
-                                 f"is {ref.flatten()[i].item():.6g} (NaN/Inf where the reference has none; "
-                                 f"{int(fresh_nonfinite.sum())} such elements)", rtol=rtol)
-    if not bool(ref_finite.all()):
-        nonfinite_match = torch.where(ref_finite, True, (torch.isnan(ref) & torch.isnan(o)) | (ref == o))
-        if not bool(nonfinite_match.all()):
-            i = _first(~nonfinite_match)
-            idx = _unravel(i, tuple(ref.shape))
-            return Comparison(False, f"{label}[{', '.join(map(str, idx))}] = {o.flatten()[i].item()}, the reference "
-                                     f"is {ref.flatten()[i].item()}", rtol=rtol)
-    ref_f = torch.where(ref_finite, ref, 0.0)
-    diff = torch.where(ref_finite, torch.abs(o - ref_f), 0.0)
-    n = max(int(ref_finite.sum()), 1)
-    ref_norm = float(torch.linalg.vector_norm(ref_f))
-    diff_norm = float(torch.linalg.vector_norm(diff))
-    rms = ref_norm / math.sqrt(n)
+    shape = tuple(ref.shape)
+    flat_out, flat_ref = out.detach().reshape(-1), ref.reshape(-1)
+    chunks = [(i, min(i + COMPARE_CHUNK_ELEMENTS, flat_ref.numel()))
+              for i in range(0, flat_ref.numel(), COMPARE_CHUNK_ELEMENTS)]
+    # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
+    ref_sq, finite_count = 0.0, 0
+    for a, b in chunks:
+        o, r = flat_out[a:b].to(torch.float64), flat_ref[a:b]
+        r_finite = torch.isfinite(r)
+        fresh = r_finite & ~torch.isfinite(o)
+        if bool(fresh.any()):
+            i = a + _first(fresh)
+            total = sum(int((torch.isfinite(flat_ref[x:y]) & ~torch.isfinite(flat_out[x:y].to(torch.float64))).sum())
+                        for x, y in chunks)
+            return Comparison(False, f"{_located(label, i, shape)} = {flat_out[i].item()} where the reference is "
+                                     f"{flat_ref[i].item():.6g} (NaN/Inf where the reference has none; {total} such "
+                                     "elements)", rtol=rtol)
+        if not bool(r_finite.all()):
+            same = torch.where(r_finite, True, (torch.isnan(r) & torch.isnan(o)) | (r == o))
+            if not bool(same.all()):
+                i = a + _first(~same)
+                return Comparison(False, f"{_located(label, i, shape)} = {flat_out[i].item()}, the reference is "
+                                         f"{flat_ref[i].item()}", rtol=rtol)
+        r_f = torch.where(r_finite, r, 0.0)
+        ref_sq += float(torch.sum(r_f * r_f))
+        finite_count += int(r_finite.sum())
+    ref_norm = math.sqrt(ref_sq)
+    rms = ref_norm / math.sqrt(max(finite_count, 1))
     atol = rtol * rms
+    # Pass 2: the error, normwise and per element.
+    diff_sq, max_abs, max_rel, off, first_off = 0.0, 0.0, 0.0, 0, None
+    for a, b in chunks:
+        o, r = flat_out[a:b].to(torch.float64), flat_ref[a:b]
+        r_finite = torch.isfinite(r)
+        r_f = torch.where(r_finite, r, 0.0)
+        diff = torch.where(r_finite, torch.abs(o - r_f), 0.0)
+        diff_sq += float(torch.sum(diff * diff))
+        if diff.numel():
+            abs_ref = torch.abs(r_f)
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / torch.clamp(abs_ref, min=max(rms, 1e-300))).max()))
+            too_far = diff > atol + rtol * abs_ref
+            n_off = int(too_far.sum())
+            if n_off and first_off is None:
+                first_off = a + _first(too_far)
+            off += n_off
+    diff_norm = math.sqrt(diff_sq)
     norm_rel = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
-    abs_ref = torch.abs(ref_f)
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    max_rel = float((diff / torch.clamp(abs_ref, min=max(rms, 1e-300))).max()) if diff.numel() else 0.0
     result = Comparison(True, "", max_abs, max_rel, norm_rel, atol, rtol)
-    too_far = diff > atol + rtol * abs_ref
-    if bool(too_far.any()):
-        i = _first(too_far)
-        idx = _unravel(i, tuple(ref.shape))
+    if first_off is not None:
+        i = first_off
+        o_i, r_i = float(flat_out[i].to(torch.float64)), float(flat_ref[i])
         result.ok = False
-        result.message = (f"{label}[{', '.join(map(str, idx))}] = {o.flatten()[i].item():.8g}, reference "
-                          f"{ref.flatten()[i].item():.8g} (|diff| {diff.flatten()[i].item():.3g} > atol {atol:.3g} + "
-                          f"rtol {rtol:g}·|ref|; {int(too_far.sum())} of {ref.numel()} elements off; "
+        result.message = (f"{_located(label, i, shape)} = {o_i:.8g}, reference {r_i:.8g} (|diff| {abs(o_i - r_i):.3g} > "
+                          f"atol {atol:.3g} + rtol {rtol:g}·|ref|; {off} of {ref.numel()} elements off; "
                           f"normwise rel err {norm_rel:.3g})")
     elif norm_rel > rtol:
         result.ok = False

@@ -1,147 +1,124 @@
-"""Ray: the cluster a search runs on, and its two evaluation stages.
+"""The two evaluation stages on a Ray cluster (kgen.cluster starts or joins it).
 
-- Compile stage: `compile_candidate` tasks (one CPU each, as many at once as the cluster has CPUs)
-  run the evaluator's static checks and build CUDA sources into the shared build cache.
-- Timing stage: `Evaluator` actors, one per GPU (`num_gpus=1`), each evaluating one candidate at a
-  time (in its own process, as `evaluate_candidate` does), so timings never share a GPU. Without a
-  GPU, CPU evaluation actors do the same under Triton's interpreter and claim no times.
+- Compile stage: `compile_candidate` tasks (one CPU each, spread over the cluster's nodes, as many
+  at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
+  cache.
+- Timing stage: `Evaluator` actors, placed as kgen.cluster.evaluator_placement says (one per GPU
+  by default), each evaluating one candidate at a time (in its own process, as
+  `evaluate_candidate` does), so timings never share a GPU.
 
-`connect(None)` starts a local cluster sized to this machine (always a new one: neither RAY_ADDRESS
-nor a cluster that `ray start` recorded here is joined unasked); `connect("auto")`,
-`connect("host:port")` or `connect("ray://host:port")` joins a running one. Workers load the problem from its path, not from a
-pickled module, and import kgen from their own Python: on a local cluster that is this checkout. To
-run on a remote cluster, install kgen on its nodes (or start the driver with a runtime_env giving
-`working_dir`/`py_modules`), and give problem files by a path the nodes can read.
+A candidate runs in a sandboxed process of its own that cannot reach its Ray worker, so a Ray
+worker or node that dies is never the candidate's fault: whatever it had in flight goes back to
+the queue of its stage, at most MAX_REQUEUES times, and is then recorded as a harness_error that
+says the workers kept dying. A `harness_error` result (kgen's own fault) is evaluated once more the
+same way. Each result records in `details["nodes"]` the Ray node of its compile and of its
+evaluation, and in `details["requeued"]` every attempt that did not finish.
+
+Workers import kgen from their own Python (on a local cluster, this checkout; on another cluster,
+each node's own install) and load the problem themselves, not from a pickled module: a bundled
+problem by name, any other by its path (see problem_ref), checked against the driver's copy.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import signal
 import socket
-import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
-from typing import Iterator, Optional
-from urllib.parse import urlsplit
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
+from kgen.cluster import Cluster, where_am_i
 from kgen.errors import KgenError
-from kgen.records import EvalResult, EvalSettings
+from kgen.records import EvalResult, EvalSettings, Outcome
 
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
 # candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
 ACTOR_GRACE_S = 120.0
+# Attempts a candidate gets after the first when the Ray worker or node running it dies.
+MAX_REQUEUES = 2
+# ... and after a harness_error result.
+MAX_HARNESS_RETRIES = 1
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """The Ray cluster this search runs on."""
+def problem_ref(problem_path: str) -> str:
+    """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
+    wherever kgen is installed there), any other problem's path (which every node must be able to read)."""
+    from kgen.resources import problems_dir
 
-    address: Optional[str]  # None: a local cluster started here
-    num_cpus: int
-    num_gpus: int
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast with one line: Ray itself waits a long time on an address nobody listens at."""
-    if address == "auto":
-        return
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    if parts.scheme not in ("tcp", "ray") or not parts.hostname:
-        raise KgenError(f"bad --ray-address '{address}' (use auto, HOST:PORT or ray://HOST:PORT)")
-    try:
-        port = parts.port or (10001 if parts.scheme == "ray" else 6379)
-    except ValueError:
-        raise KgenError(f"bad --ray-address '{address}': the port is not a number") from None
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
-            pass
-    except OSError as e:
-        raise KgenError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
-
-
-def connect(address: Optional[str] = None) -> Cluster:
-    """Start a local Ray cluster (address None) or join one ('auto', 'HOST:PORT', 'ray://HOST:PORT')."""
-    import ray
-
-    if address:
-        _check_reachable(address)
-    kwargs = dict(log_to_driver=False, logging_level=logging.ERROR)
-    main_thread = threading.current_thread() is threading.main_thread()
-    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-    try:
-        if address:
-            ray.init(address=address, **kwargs)
-        else:  # "local": a new cluster even where `ray start` left one recorded (perhaps dead) on this machine
-            ray.init(address="local", include_dashboard=False, **kwargs)
-    except (ConnectionError, TimeoutError, ValueError) as e:
-        raise KgenError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]}") from None
-    finally:
-        # ray.init replaces the SIGTERM handler with sys.exit, which would mark a `kill`ed search
-        # failed; the CLI's handler (stop as Ctrl-C does: run marked interrupted) goes back.
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-    resources = ray.cluster_resources()
-    return Cluster(address=address, num_cpus=max(1, int(resources.get("CPU", 1))),
-                   num_gpus=int(resources.get("GPU", 0)))
-
-
-def shutdown() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+    path = Path(problem_path).resolve()
+    return path.stem if path.parent == problems_dir().resolve() else str(path)
 
 
 @functools.lru_cache(maxsize=4)
-def _load(problem_path: str, size: str):
+def _load(problem: str, size: str, source_hash: Optional[str] = None):
+    """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
+    file) stops the search with one line rather than judge candidates against another reference."""
     from kgen.problems import load_problem
 
-    return load_problem(problem_path, size)
+    loaded = load_problem(problem, size)
+    if source_hash is not None and loaded.source_hash != source_hash:
+        raise KgenError(f"the problem file {loaded.path} on {socket.gethostname()} differs from the driver's: "
+                        "install the same kgen on every Ray node (and keep problem files the same)")
+    return loaded
 
 
-def _compile(problem_path: str, size: str, source: str, settings: EvalSettings) -> tuple[Optional[EvalResult], dict]:
-    """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds)."""
+def _compile(problem: str, size: str, source_hash: str, source: str,
+             settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
+    """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
+    the node it ran on)."""
     from kgen.evaluate import prebuild
 
     info: dict = {}
-    return prebuild(_load(problem_path, size), source, settings, info), info
-
-
-class _Evaluator:
-    """Owns one GPU (or, without GPUs, one CPU) and evaluates one candidate at a time on it."""
-
-    def __init__(self, problem_path: str, size: str):
-        self.problem_path = problem_path
-        self.size = size
-        _load(problem_path, size)
-        from kgen.sandbox import keep_spare_workers
-
-        keep_spare_workers()  # the next candidate's process imports torch while this one runs
-
-    def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
-        from kgen.evaluate import evaluate_candidate
-
-        return evaluate_candidate(_load(self.problem_path, self.size), source, settings)
-
-    def device(self) -> "Device":
-        import torch
-
-        if not torch.cuda.is_available():
-            return Device(name="cpu", cuda_arch=None)
-        major, minor = torch.cuda.get_device_capability(0)
-        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}")
+    return prebuild(_load(problem, size, source_hash), source, settings, info), info, where_am_i()
 
 
 @dataclass(frozen=True)
 class Device:
-    """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), and the compute
-    capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load)."""
+    """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), the compute
+    capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load), and
+    the Ray node the evaluator runs on."""
 
     name: str
     cuda_arch: Optional[str]
+    node_id: Optional[str] = None
+
+
+class _Evaluator:
+    """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
+
+    def __init__(self, problem: str, size: str, source_hash: str):
+        self.problem = (problem, size, source_hash)
+        _load(*self.problem)
+        self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+
+    def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
+        import ray
+
+        from kgen.evaluate import evaluate_candidate, sandbox_mode
+        from kgen.judge import SpareRunners
+
+        mode = sandbox_mode(settings)
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        started = time.time()
+        result = evaluate_candidate(_load(*self.problem), source, settings, self.spares)
+        # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
+        result.details.setdefault("nodes", {})["evaluation"] = dict(
+            where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
+        return result
+
+    def device(self) -> Device:
+        import ray
+        import torch
+
+        node_id = ray.get_runtime_context().get_node_id()
+        if not torch.cuda.is_available():
+            return Device(name="cpu", cuda_arch=None, node_id=node_id)
+        major, minor = torch.cuda.get_device_capability(0)
+        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
 
 
 @dataclass(frozen=True)
@@ -154,48 +131,58 @@ class Job:
 
 @dataclass(frozen=True)
 class StageEvent:
-    """A candidate entering a stage ('compiling', 'timing') or leaving the last one ('done', with its result)."""
+    """A candidate entering a stage ('compiling', 'timing'), going back to one ('requeued', with a
+    note saying why), or leaving the last one ('done', with its result)."""
 
     kind: str
     candidate_id: int
     result: Optional[EvalResult] = None
+    note: str = ""
 
 
-def _worker_died(message: str, settings: EvalSettings) -> EvalResult:
-    return EvalResult(outcome="runtime_error", message=message, device=settings.device, size=settings.size)
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 class Stages:
     """The compile and timing stages on a cluster. `run(jobs, settings)` yields each candidate's events
     as they happen, results in the order they finish, so a slow candidate never holds up the others.
 
-    An evaluator whose worker died is restarted by Ray; it gets no new candidate until it answers a
-    ping again (a task sent to a restarting actor would fail, and the candidate with it)."""
+    An evaluator whose worker died is restarted by Ray (on another node if its own is gone, once one
+    has the resource it needs); it gets no new candidate until it answers a ping again (a task sent
+    to a restarting actor would fail, and the candidate with it)."""
 
-    def __init__(self, cluster: Cluster, problem_path: str, size: str):
+    # What each stage runs: `compile_function(problem, size, source_hash, source, settings)` and the
+    # evaluator actor class (`(problem, size, source_hash)`, `evaluate(source, settings)`, `device()`);
+    # tests put stand-ins here.
+    compile_function = staticmethod(_compile)
+    evaluator_class = _Evaluator
+
+    def __init__(self, cluster: Cluster, problem_path: str, size: str, source_hash: Optional[str] = None):
         import ray
 
-        self.problem_path = problem_path
-        self.size = size
-        self._compile_task = ray.remote(num_cpus=1, max_retries=0)(_compile)
-        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(_Evaluator)
-        if cluster.num_gpus > 0:
-            self._actor_options = dict(num_gpus=1, num_cpus=1)
-            count = cluster.num_gpus
-        else:
-            self._actor_options = dict(num_cpus=1)
-            count = max(1, cluster.num_cpus - 1)
-        self.actors = [self._new_actor() for _ in range(count)]
-        self._free = list(range(count))
-        self._pings: dict = {}  # ping ref -> actor index, for actors coming back from a death
+        self.problem = (problem_ref(problem_path), size, source_hash)
+        # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
+        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
+        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
+        self._actor_options = cluster.placement.actor_options
+        self.actors = [self._new_actor() for _ in range(cluster.placement.count)]
+        self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
+        self._free: list[int] = []  # actors that answered their ping and have no candidate
+        self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
         self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
         self._compiling: dict = {}  # compile task ref -> (job, settings)
         self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
         self._timing: dict = {}  # evaluation ref -> (job, settings, actor index, started)
         self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
+        self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
+        self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
+        for index in range(len(self.actors)):
+            self._ping(index)  # free once it answers, and then its node is known
 
     def _new_actor(self):
-        return self._actor_class.options(**self._actor_options).remote(self.problem_path, self.size)
+        return self._actor_class.options(**self._actor_options).remote(*self.problem)
 
     @property
     def evaluator_count(self) -> int:
@@ -204,41 +191,93 @@ class Stages:
     def device(self) -> Device:
         import ray
 
-        return ray.get(self.actors[0].device.remote())
+        device = ray.get(self.actors[0].device.remote())
+        self._actor_nodes[0] = device.node_id
+        return device
 
-    def _recover(self, index: int) -> None:
+    def _ping(self, index: int) -> None:
+        """Ask the actor where it runs; it takes candidates again once it answers (see _pinged)."""
         self._pings[self.actors[index].device.remote()] = index
 
     def _pinged(self, ref) -> None:
         """A ping came back: the actor is free again, still restarting (ping later), or gone for
-        good (its node died: start a new one)."""
+        good (start a new one)."""
         import ray
         from ray.exceptions import ActorUnavailableError, RayError
 
         index = self._pings.pop(ref)
         try:
-            ray.get(ref)
+            self._actor_nodes[index] = ray.get(ref).node_id
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
         except RayError:
             self.actors[index] = self._new_actor()
-            self._recover(index)
+            self._ping(index)
             return
         self._free.append(index)
 
-    def _failed_remotely(self, error: Exception, stage: str, settings: EvalSettings) -> EvalResult:
-        """A worker that died (the candidate killed it, its node went away) costs the candidate a
-        runtime_error, not the search; an exception raised by kgen's own code is a bug and propagates."""
+    @staticmethod
+    def _raise_if_kgens_own(error: Exception) -> None:
+        """An exception raised by kgen's own code in a worker is a bug and propagates (Ctrl-C that reached
+        the workers stops the search); any other Ray error means the worker or its node died."""
         from ray.exceptions import RayTaskError
 
         if isinstance(error, RayTaskError):
-            if isinstance(error.cause, KeyboardInterrupt):  # Ctrl-C reached the workers too
+            if isinstance(error.cause, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
+            if isinstance(error.cause, KgenError):  # bad input met on a node (say, its problem file differs)
+                raise error.cause from None
             raise error
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return _worker_died(f"the {stage} worker died while running this candidate ({type(error).__name__}: "
-                            f"{reason[:300]}); it was restarted and the search went on", settings)
+
+    def _send_to_compile(self, job: Job, settings: EvalSettings) -> None:
+        ref = self._compile_task.remote(*self.problem, job.source, settings)
+        self._compiling[ref] = (job, settings)
+
+    def _tries(self, candidate_id: int, kind: str) -> int:
+        return sum(a["kind"] == kind for a in self._requeued.get(candidate_id, []))
+
+    def _requeue(self, job: Job, settings: EvalSettings, stage: str, kind: str, reason: str,
+                 node: Optional[str], limit: int) -> StageEvent:
+        """Record the attempt that did not finish and put the candidate back in the queue of `stage`."""
+        self._requeued.setdefault(job.candidate_id, []).append(
+            {"stage": stage, "kind": kind, "node": node, "error": reason})
+        if stage == "compile":
+            self._send_to_compile(job, settings)
+        else:
+            self._ready.appendleft((job, settings))  # it has waited its turn once already
+        what = "its worker died" if kind == "worker_died" else "kgen's harness failed"
+        tries = self._tries(job.candidate_id, kind)
+        return StageEvent("requeued", job.candidate_id, note=f"{what} in the {stage} stage ({reason}); "
+                                                              f"re-queued, attempt {tries + 1} of {limit + 1}")
+
+    def _worker_died(self, job: Job, settings: EvalSettings, stage: str, error: Exception,
+                     node: Optional[str]) -> StageEvent:
+        """Its Ray worker or node died under a candidate: again, or after MAX_REQUEUES more attempts, a
+        harness_error that says so (the candidate cannot reach its worker: never its fault)."""
+        reason = f"{type(error).__name__}: {_first_line(error)}"
+        if self._tries(job.candidate_id, "worker_died") < MAX_REQUEUES:
+            return self._requeue(job, settings, stage, "worker_died", reason, node, MAX_REQUEUES)
+        self._requeued.setdefault(job.candidate_id, []).append(
+            {"stage": stage, "kind": "worker_died", "node": node, "error": reason})
+        return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
+            outcome=Outcome.HARNESS_ERROR.value, device=settings.device, size=settings.size,
+            message=f"the Ray workers running this candidate kept dying ({MAX_REQUEUES + 1} attempts; the last "
+                    f"in the {stage} stage: {reason}); not the candidate's fault, it cannot reach its worker")))
+
+    def _finish(self, candidate_id: int, result: EvalResult) -> EvalResult:
+        """The result with where its stages ran, its unfinished attempts and its compile stage's record."""
+        nodes = dict(self._nodes.pop(candidate_id, {}), **result.details.get("nodes", {}))
+        if nodes:
+            result.details["nodes"] = nodes
+        if candidate_id in self._requeued:
+            result.details["requeued"] = self._requeued.pop(candidate_id)
+        info = self._compiled.pop(candidate_id, None)
+        if info:  # the compile stage's seconds and builds go with the result
+            result.details["compile_stage"] = info
+            if result.compile_s is None:
+                result.compile_s = info.get("compile_s")
+        return result
 
     # The stages as a scheduler the search feeds while earlier candidates are still in flight:
     # `submit` sends jobs to the compile stage, `poll` moves them along and returns what happened.
@@ -253,19 +292,52 @@ class Stages:
 
     def submit(self, jobs: list[Job], settings: EvalSettings) -> list[StageEvent]:
         """Send jobs to the compile stage (CPU tasks, all at once: Ray queues what the CPUs cannot take)."""
-        events = []
         for job in jobs:
-            ref = self._compile_task.remote(self.problem_path, self.size, job.source, settings)
-            self._compiling[ref] = (job, settings)
-            events.append(StageEvent("compiling", job.candidate_id))
-        return events
+            self._send_to_compile(job, settings)
+        return [StageEvent("compiling", job.candidate_id) for job in jobs]
+
+    def _compile_done(self, ref) -> Optional[StageEvent]:
+        import ray
+        from ray.exceptions import RayError
+
+        job, settings = self._compiling.pop(ref)
+        try:
+            failure, info, node = ray.get(ref)
+        except RayError as e:
+            self._raise_if_kgens_own(e)
+            return self._worker_died(job, settings, "compile", e, None)
+        self._nodes[job.candidate_id] = {"compile": node}
+        if info:
+            self._compiled[job.candidate_id] = info
+        if failure is not None:
+            return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, failure))
+        self._ready.append((job, settings))
+        return None
+
+    def _evaluation_done(self, ref) -> StageEvent:
+        import ray
+        from ray.exceptions import RayError
+
+        job, settings, index, _ = self._timing.pop(ref)
+        try:
+            result = ray.get(ref)
+        except RayError as e:
+            self._raise_if_kgens_own(e)
+            self._ping(index)
+            return self._worker_died(job, settings, "evaluation", e, self._actor_nodes[index])
+        self._free.append(index)
+        if (result.outcome == Outcome.HARNESS_ERROR.value
+                and self._tries(job.candidate_id, "harness_error") < MAX_HARNESS_RETRIES):
+            return self._requeue(job, settings, "evaluation", "harness_error", result.message.strip()[:300],
+                                 self._actor_nodes[index], MAX_HARNESS_RETRIES)
+        return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, result))
 
     def poll(self, timeout_s: float = 0.5, timing_open: bool = True) -> list[StageEvent]:
         """Dispatch compiled candidates to free evaluators (only while `timing_open`: the search holds
         the GPUs back while its baselines are being timed), wait up to `timeout_s` for anything to
-        finish, and return the events: 'timing' for each dispatch, 'done' with each result."""
+        finish, and return the events: 'timing' for each dispatch, 'requeued' for each attempt a dead
+        worker cut short, 'done' with each result."""
         import ray
-        from ray.exceptions import RayError
 
         events: list[StageEvent] = []
         while timing_open and self._free and self._ready:
@@ -276,7 +348,7 @@ class Stages:
         now = time.monotonic()
         for when, index in [p for p in self._ping_later if p[0] <= now]:
             self._ping_later.remove((when, index))
-            self._recover(index)
+            self._ping(index)
         waiting = list(self._compiling) + list(self._timing) + list(self._pings)
         if not waiting:
             time.sleep(min(timeout_s, 0.2))
@@ -286,42 +358,23 @@ class Stages:
             if ref in self._pings:
                 self._pinged(ref)
             elif ref in self._compiling:
-                job, settings = self._compiling.pop(ref)
-                try:
-                    failure, info = ray.get(ref)
-                except RayError as e:
-                    failure, info = self._failed_remotely(e, "compile", settings), {}
-                if failure is not None:
-                    events.append(StageEvent("done", job.candidate_id, failure))
-                else:
-                    if info:
-                        self._compiled[job.candidate_id] = info
-                    self._ready.append((job, settings))
+                event = self._compile_done(ref)
+                if event is not None:
+                    events.append(event)
             else:
-                job, settings, index, _ = self._timing.pop(ref)
-                try:
-                    result = ray.get(ref)
-                    self._free.append(index)
-                except RayError as e:
-                    result = self._failed_remotely(e, "evaluation", settings)
-                    self._recover(index)
-                info = self._compiled.pop(job.candidate_id, None)
-                if info:  # the compile stage's seconds and builds go with the result
-                    result.details["compile_stage"] = info
-                    if result.compile_s is None:
-                        result.compile_s = info.get("compile_s")
-                events.append(StageEvent("done", job.candidate_id, result))
+                events.append(self._evaluation_done(ref))
         now = time.monotonic()
         for ref, (job, settings, index, started) in list(self._timing.items()):
             limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
             if now - started > limit_s:
                 del self._timing[ref]
                 ray.kill(self.actors[index], no_restart=False)
-                self._recover(index)
-                events.append(StageEvent("done", job.candidate_id, replace(
-                    _worker_died("", settings), outcome="timeout",
-                    message=f"no result from its evaluation worker after {limit_s:.0f} s; the worker was "
-                            "killed and restarted")))
+                self._ping(index)
+                # the judge enforces the candidate's own limit; an evaluator silent far past it is kgen's fault
+                events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
+                    outcome="harness_error", device=settings.device, size=settings.size,
+                    message=f"no result from its evaluation worker after {limit_s:.0f} s (the judge enforces the "
+                            "candidate's time limit itself); the worker was killed and restarted"))))
         return events
 
     def cancel(self) -> None:
@@ -337,6 +390,16 @@ class Stages:
         self._ready.clear()
         self._timing.clear()
         self._compiled.clear()
+        self._nodes.clear()
+        self._requeued.clear()
+
+    def close(self) -> None:
+        """The search is over: drop what is in flight and let the evaluators go, so a next search on the
+        same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
+        worker processes stopped), once its current task, if any, ends."""
+        self.cancel()
+        for actor in self.actors:
+            actor.__ray_terminate__.remote()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""

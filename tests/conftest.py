@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pg_server"]
+
 REPO = Path(__file__).resolve().parent.parent
 PROBLEM_FILES = Path(__file__).resolve().parent / "problem_files"
 

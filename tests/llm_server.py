@@ -33,20 +33,20 @@ class Reply:
     finish_reason: str = "stop"
 
     @classmethod
-    def code(cls, source: str, idea: str = "Fuse the reduction into one pass.", **kw: Any) -> "Reply":
+    def code(cls, source: str, idea: str = "Fuse the reduction into one pass.", **kw: Any) -> Reply:
         return cls(content=f"Idea: {idea}\n\n```python\n{source.rstrip()}\n```\n", **kw)
 
     @classmethod
-    def text(cls, content: str, **kw: Any) -> "Reply":
+    def text(cls, content: str, **kw: Any) -> Reply:
         return cls(content=content, **kw)
 
     @classmethod
-    def error(cls, status: int, message: str = "scripted error", code: Optional[str] = None, **kw: Any) -> "Reply":
+    def error(cls, status: int, message: str = "scripted error", code: Optional[str] = None, **kw: Any) -> Reply:
         body = json.dumps({"error": {"message": message, "type": "server_error", "code": code}})
         return cls(status=status, body=body, **kw)
 
     @classmethod
-    def malformed(cls, **kw: Any) -> "Reply":
+    def malformed(cls, **kw: Any) -> Reply:
         return cls(body='{"id": "chatcmpl-1", "choices": [{"message": {"content": "```python', **kw)
 
 
@@ -86,7 +86,7 @@ class ScriptedLLMServer:
     def chat_requests(self) -> list[Request]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
-    def start(self) -> "ScriptedLLMServer":
+    def start(self) -> ScriptedLLMServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -96,7 +96,7 @@ class ScriptedLLMServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "ScriptedLLMServer":
+    def __enter__(self) -> ScriptedLLMServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

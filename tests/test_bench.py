@@ -3,28 +3,32 @@ file; the GPU intervals are written as a GPU search would write them, since no G
 the command end to end on the CPU (real Ray, offline proposer, Triton's interpreter)."""
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import run_kgen
 from kgen import store
-from kgen.bench import markdown, throughput_row
+from kgen.bench import ThroughputRow, markdown, scaling_rows, throughput_row
 from kgen.db import open_db
 from kgen.records import EvalResult, Proposal
 
+from conftest import run_kgen
 
-def _run_with_gpu_intervals(db, gpus: int, intervals, timing_s: float):
+
+def _run_with_gpu_intervals(db, gpus: int, intervals, timing_s: float, window_key: str = "gpu"):
     run_id = store.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
                               proposer="offline", model=None, language="any", seed=0, rounds=1,
                               candidates_per_round=len(intervals), settings={"gpus": gpus}, device="NVIDIA H100")
     for i, (start, end) in enumerate(intervals):
         cid = store.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
                                  problem="softmax", problem_hash="h")
+        window = {"gpu_start": start, "gpu_end": end} if window_key == "gpu" else \
+            {"nodes": {"evaluation": {"node_id": "n1", "start": start, "end": end}}}  # the evaluator actor's record
         store.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, compile_s=2.0 + i,
                                                  device="NVIDIA H100", size="full",
-                                                 details={"gpu_start": start, "gpu_end": end,
-                                                          "phases": {"timing_s": timing_s}}))
+                                                 details=dict(window, phases={"timing_s": timing_s})))
     return run_id
 
 
@@ -56,17 +60,75 @@ def test_two_gpus_share_is_per_gpu_and_the_table_shows_per_gpu_hour(tmp_path):
     assert float(cells[7]) == pytest.approx(row.evaluated_per_min * 60 / 2, abs=1)  # per GPU-hour
 
 
+def test_without_the_evaluation_process_window_the_evaluator_actors_window_counts(tmp_path):
+    db = open_db(str(tmp_path / "bench.db"))
+    t0 = time.time() + 30  # the first candidate reaches the GPU 30 s after the run began (baselines first)
+    run_id = _run_with_gpu_intervals(db, 1, [(t0, t0 + 10), (t0 + 10, t0 + 20)], timing_s=1.0, window_key="actor")
+    row = throughput_row(db, run_id, elapsed_s=75.0)
+    assert row.gpu_busy_share == pytest.approx(1.0)
+    assert row.eval_span_s == pytest.approx(20.0)
+    assert row.startup_s == pytest.approx(30.0, abs=2.0)
+    assert row.elapsed_s == 75.0
+
+
+def _pass(evaluated: int, span_s: float, wall_s: float) -> ThroughputRow:
+    return ThroughputRow(problem="softmax", run_id=1, evaluated=evaluated, correct=evaluated, wall_s=wall_s,
+                         evaluated_per_min=evaluated / wall_s * 60, gpu_busy_share=0.9, compile_s_median=None,
+                         eval_span_s=span_s)
+
+
+def test_scaling_compares_evaluations_per_hour_of_evaluation_span():
+    # two GPUs: the same 40 candidates in 110 s of evaluation instead of 200; the wall times also hold the
+    # baselines (timed afresh in each pass) and are shown, not compared
+    one, two = scaling_rows({1: [_pass(24, 120.0, 150.0), _pass(16, 80.0, 100.0)],
+                             2: [_pass(24, 66.0, 96.0), _pass(16, 44.0, 60.0)]})
+    assert (one.gpus, one.evaluated, one.eval_span_s, one.per_hour) == (1, 40, 200.0, pytest.approx(720.0))
+    assert (two.gpus, two.per_hour) == (2, pytest.approx(40 / 110 * 3600))
+    assert two.per_hour_wall == pytest.approx(40 / 156 * 3600)
+    assert two.vs_first == pytest.approx(200 / 110)
+    assert "| 2 | 40 | 110 | 156 | 1309 | 923 | 1.82x |" in markdown([], [], "## test", [one, two])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "1"], "cannot use 1 GPU(s): this machine has 0"),
+    (["--gpus", "1", "--gpus", "2", "--db", "x.db"], "leave out --db"),
+    (["--rounds", "0"], "--rounds must be at least 1 (got 0)"),
+])
+def test_bad_bench_options_are_one_line_and_exit_2(tmp_path, args, message):
+    done = run_kgen("bench", "--out", str(tmp_path / "out"), *args, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
+
+
 @pytest.mark.slow
-def test_bench_end_to_end_on_the_cpu(tmp_path):
+def test_bench_end_to_end_on_the_cpu_writes_each_problem_as_its_search_ends(tmp_path):
     out = tmp_path / "out"
-    done = run_kgen("bench", "--problems", "softmax", "--rounds", "1", "--candidates", "2", "--language", "triton",
-                    "--out", str(out), timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "-m", "kgen", "bench", "--problems", "softmax", "--problems", "layernorm",
+                             "--rounds", "1", "--candidates", "2", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    printed = []
+    for line in proc.stdout:
+        printed.append(line)
+        if line.startswith("| softmax |"):  # the first problem's row, printed as its search ended
+            break
+    # what a run cut off now (a GPU call's deadline) would leave: the files are rewritten whole before the row
+    # is printed
+    cut_off = json.loads((out / "bench.json").read_text())
+    cut_off_md = (out / "bench.md").read_text()
+    rest, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, "".join(printed) + rest
+    assert not any("layernorm" in line for line in printed)  # the row came before the next search began
+    assert cut_off["complete"] is False
+    assert [q["problem"] for q in cut_off["quality"]] == ["softmax"] and "| softmax |" in cut_off_md
+    assert [t["problem"] for t in cut_off["throughput"]] == ["softmax"]
+
     report = json.loads((out / "bench.json").read_text())
-    (quality,) = report["quality"]
-    (throughput,) = report["throughput"]
-    assert quality["problem"] == "softmax" and quality["best_language"] == "triton"
-    assert quality["best_ms"] is None  # no GPU: nothing is timed, so no time is claimed
-    assert throughput["evaluated"] == 2 and throughput["correct"] >= 1
-    assert throughput["gpu_busy_share"] is None
-    assert "| softmax |" in (out / "bench.md").read_text()
+    assert report["complete"] is True
+    assert [q["problem"] for q in report["quality"]] == ["softmax", "layernorm"]  # both searches on one cluster
+    for quality, throughput in zip(report["quality"], report["throughput"]):
+        assert quality["best_language"] == "triton"
+        assert quality["best_ms"] is None  # no GPU: nothing is timed, so no time is claimed
+        assert throughput["evaluated"] == 2 and throughput["correct"] >= 1
+        assert throughput["gpu_busy_share"] is None
+    assert report["throughput"][1]["elapsed_s"] > report["throughput"][0]["elapsed_s"] > 0
+    assert "| layernorm |" in (out / "bench.md").read_text()

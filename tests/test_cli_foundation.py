@@ -1,12 +1,11 @@
 """The real CLI in a subprocess: problems, --version, python -m kgen, and one-line errors with exit 2."""
 
-import sqlite3
 
 import pytest
 
 from kgen import __version__
 
-from conftest import PROBLEM_FILES, run_kgen
+from conftest import run_kgen
 
 
 def test_version_and_module_entry_point_agree():

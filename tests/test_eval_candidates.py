@@ -1,8 +1,9 @@
 """Every test candidate in tests/candidates/ gets its outcome on the CPU (Triton's interpreter, the
-small softmax), through the Python API and through the real `kgen eval --json` in a subprocess.
+small softmax) through the real judge and sandbox, by the Python API, and a representative few
+through the real `kgen eval --json` in a subprocess.
 
-All evaluations of a module run up front, two at a time (each is its own process), so the file
-costs about as much wall time as its slowest half.
+All evaluations of a module run up front, two at a time, so the file costs about as much wall time
+as its slowest half.
 """
 
 import json
@@ -35,20 +36,20 @@ EXPECTED = {
     "caches_results": "incorrect",
     "low_precision": "incorrect",
     "tensor_subclass": "incorrect",
-    "patches_timing": "static_reject",
+    "patches_timing": "correct",  # nothing is timed on the CPU; on a GPU the judge's clock makes it suspicious
     "sys_exit": "runtime_error",
     "os_exit": "runtime_error",
     "segfault": "runtime_error",
     "infinite_loop": "timeout",
     "spawns_process": "static_reject",
-    "forks_children": "static_reject",
+    "forks_children": "correct",  # its forks are refused by the sandbox; what it returns is honest
     "starts_thread": "static_reject",
     "compiles_torch": "static_reject",
     "reads_secrets": "correct",
     "huge_stdout": "correct",
     "forges_result": "runtime_error",
     "naive_overflow": "incorrect",
-    "steals_reference": "static_reject",
+    "steals_reference": "incorrect",  # nothing to steal in its process: it returns what it made up
     "nondeterministic": "incorrect",
     "out_of_memory": "runtime_error",
     "syntax_error": "static_reject",
@@ -59,6 +60,9 @@ EXPECTED = {
     "cuda_compile_error": "compile_error",
 }
 GPU_ONLY = {"cuda_illegal_address"}
+# through the CLI too: one of each kind of ending
+CLI_CHECKED = ["good_triton_softmax", "cuda_light_softmax", "torch_softmax_token", "low_precision", "segfault",
+               "infinite_loop", "reads_secrets", "syntax_error"]
 
 
 def _timeout(name: str) -> int:
@@ -103,7 +107,7 @@ def cli_results(eval_home, api_results):
         return name, done
 
     with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(run, EXPECTED))
+        return dict(pool.map(run, CLI_CHECKED))
 
 
 def test_every_candidate_file_is_covered():
@@ -120,7 +124,7 @@ def test_api_outcome(name, api_results):
         assert result.message
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", CLI_CHECKED)
 def test_cli_outcome(name, cli_results):
     done = cli_results[name]
     assert done.returncode == 0, done.stderr
@@ -168,8 +172,9 @@ def test_segfault_names_the_signal(api_results):
     assert "SIGSEGV" in api_results["segfault"].message
 
 
-def test_forged_result_is_refused(api_results):
-    assert "forged" in api_results["forges_result"].message or "garbled" in api_results["forges_result"].message
+def test_a_forged_result_is_only_a_dead_runner(api_results):
+    # it writes a "result" to every descriptor it has and exits: the judge reads nothing but its own arena
+    assert "exited with status" in api_results["forges_result"].message
 
 
 def test_forked_children_do_not_outlive_the_evaluation(api_results, cli_results):

@@ -1,5 +1,6 @@
-"""The evaluation's parts on their own: the tolerance rule, static checks, the operator families,
-the sandbox, the CUDA build cache, the speed/roofline bookkeeping and the CLI's exit codes."""
+"""The evaluation's parts on their own: the tolerance rule, static checks, the work measure, the
+judge's reading of what a runner describes, spare sandboxes, the CUDA build cache, the speed/roofline
+bookkeeping and the CLI's exit codes."""
 
 import os
 import sys
@@ -9,14 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_kgen
-
 from kgen import verify
 from kgen.harness.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
-from kgen.harness.trace import OpTrace, compute_family, covers_reference
+from kgen.harness.trace import OpTrace, compute_family
 from kgen.records import EvalResult, EvalSettings
-from kgen.sandbox import run_worker, scrubbed_env
 from kgen.static_checks import check_source, detect_language
+
+from conftest import run_kgen
 
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
 
@@ -61,7 +61,10 @@ def test_subclass_shape_and_dtype_are_exact():
 
 
 def test_the_poison_byte_is_nan_in_every_float_dtype():
-    verify.poison_allocator(torch.device("cpu"), [4096])
+    from kgen.harness.runner import POISON_BYTE, poison_allocator
+
+    poison_allocator(torch.device("cpu"), [4096])
+    assert POISON_BYTE == verify.POISON_BYTE
     t = torch.empty(1024, dtype=torch.uint8).fill_(verify.POISON_BYTE)
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         assert torch.isnan(t.view(dtype)).all()
@@ -92,56 +95,65 @@ def test_static_checks():
     assert "stream" in check_source(cuda_stream).rejection
 
 
-def test_operator_families_and_cover_rule():
+def test_work_is_measured_so_a_decomposition_counts_like_the_operator_it_replaces():
     assert compute_family("empty_like") is None and compute_family("view") is None
     assert compute_family("bmm") == compute_family("mm") == "matmul"
-    assert covers_reference({"softmax", "add"}, {"softmax"})
-    assert not covers_reference({"exp", "sum", "div"}, {"softmax"})
-    assert not covers_reference({"relu"}, {"convolution", "relu", "max_pool"})  # a hybrid is allowed
-    x = torch.randn(2, 3)
-    trace = OpTrace()
-    with trace:
+    x = torch.randn(64, 1000)
+    reference, decomposed, token = OpTrace(), OpTrace(), OpTrace()
+    with reference:
         getattr(torch, "soft" + "max")(x, dim=1)
-    assert trace.compute_ops() == ["_softmax"]
+    with decomposed:  # amax, sub, exp, sum, div: no operator named softmax, all of its work
+        e = (x - x.amax(dim=1, keepdim=True)).exp()
+        e / e.sum(dim=1, keepdim=True)
+    with token:  # a scale computed by torch beside the real work: a small share
+        x.amax(dim=1)
+    assert reference.compute_ops() == ["_softmax"] and reference.total_work() == x.numel()
+    assert decomposed.total_work() >= reference.total_work()
+    assert token.total_work() < 0.01 * reference.total_work()
+    a, b = torch.randn(32, 48), torch.randn(48, 16)
+    matmul = OpTrace()
+    with matmul:
+        a @ b
+    assert matmul.total_work() == 2 * 32 * 48 * 16  # FLOPs where torch has a formula
 
 
-def test_scrubbed_env_drops_secrets(monkeypatch):
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://x")
-    monkeypatch.setenv("HF_TOKEN", "t")
-    monkeypatch.setenv("my_api_key", "k")
-    monkeypatch.setenv("KGEN_HARMLESS", "1")
-    env = scrubbed_env()
-    assert "OPENAI_BASE_URL" not in env and "HF_TOKEN" not in env and "my_api_key" not in env
-    assert env["KGEN_HARMLESS"] == "1"
+def test_the_judge_reads_a_runner_description_strictly():
+    from kgen.judge import _description_problem
+
+    good = {"type": "torch.Tensor", "plain": True, "shape": [2, 3], "dtype": "float32", "device": "cpu",
+            "layout": "torch.strided"}
+    assert _description_problem(good, (2, 3), torch.float32, "cpu", "output") is None
+    assert "not a plain" in _description_problem(dict(good, plain=False, type="x.Lazy"), (2, 3), torch.float32,
+                                                 "cpu", "output")
+    assert "shape" in _description_problem(dict(good, shape=[3, 2]), (2, 3), torch.float32, "cpu", "output")
+    assert "dtype" in _description_problem(dict(good, dtype="float64"), (2, 3), torch.float32, "cpu", "output")
+    assert "is on" in _description_problem(dict(good, device="cuda:0"), (2, 3), torch.float32, "cpu", "output")
+    assert "not a torch.Tensor" in _description_problem({"type": "builtins.list"}, (2, 3), torch.float32, "cpu",
+                                                        "output")
+    assert "no description" in _description_problem("garbage", (2, 3), torch.float32, "cpu", "output")
 
 
-def test_sandbox_reports_a_garbled_job_as_a_result_less_exit():
-    run = run_worker({"mode": "no-such-mode"}, 60, "cpu")
-    assert run.result is not None and run.result["outcome"] == "runtime_error"
+def test_spares_give_every_candidate_a_process_no_candidate_has_used():
+    from kgen.judge import SpareRunners
+    from kgen.sandbox import SandboxMode
 
-
-def test_spare_workers_give_every_job_a_process_and_directory_no_job_has_used():
-    from kgen import sandbox
-
-    sandbox.keep_spare_workers()
+    spares = SpareRunners(SandboxMode.BWRAP, depth=1)
     try:
-        first = run_worker({"mode": "no-such-mode"}, 60, "cpu")
-        assert first.result is not None and first.result["outcome"] == "runtime_error"
-        (spare,) = sandbox._spares.values()
-        assert spare.proc.poll() is None and spare.workdir.exists()  # started, waiting for its job
-        second = run_worker({"mode": "no-such-mode"}, 60, "cpu")
-        assert second.result is not None and second.result["outcome"] == "runtime_error"
-        # the second job ran in that spare: it has exited and its directory is gone; a new one waits
-        assert spare.proc.poll() is not None and not spare.workdir.exists()
-        (fresh,) = sandbox._spares.values()
-        assert fresh.proc.pid != spare.proc.pid and fresh.workdir != spare.workdir and fresh.nonce != spare.nonce
-        os.killpg(fresh.proc.pid, 9)  # a spare that dies while waiting is replaced, not handed a job
-        fresh.proc.wait()
-        third = run_worker({"mode": "no-such-mode"}, 60, "cpu")
-        assert third.result is not None and third.result["outcome"] == "runtime_error"
+        first = spares.take("cpu")
+        (waiting,) = spares.spares[("cpu", "run")]
+        assert waiting.process.alive() and waiting.process.proc.pid != first.process.proc.pid
+        second = spares.take("cpu")
+        assert second is waiting  # the spare, started while the first was in use
+        (fresh,) = spares.spares[("cpu", "run")]
+        assert fresh.process.proc.pid not in (first.process.proc.pid, second.process.proc.pid)
+        fresh.process.kill()  # a spare that died while waiting is replaced, not handed out
+        third = spares.take("cpu")
+        assert third is not fresh and third.process.alive()
+        for slot in (first, second, third):
+            slot.close()
+            assert not slot.process.alive()
     finally:
-        sandbox.keep_spare_workers(False)
-    assert not sandbox._spares and not fresh.workdir.exists()
+        spares.close()
 
 
 def test_build_key_depends_on_everything_a_build_does():

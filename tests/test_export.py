@@ -86,7 +86,7 @@ def test_the_module_imports_nothing_of_kgen_drops_kgen_settings_and_states_its_p
     assert "KGEN_TUNABLE" not in text and "BLOCK_SIZE = 4096" in text and "NUM_WARPS = 16" in text
     doc = ast.get_docstring(tree)
     for needle in ("softmax: a Triton kernel",
-                   f"candidate     {ids['softmax_best']}: run {ids['softmax_run']}, round 2",
+                   f"candidate     {ids['softmax_best']}: run {ids['softmax_run']}, round 3",
                    f"device        {H100}", "torch 2.5.1+cu124, triton 3.1.0, CUDA 12.4", "runtime       0.810 ms",
                    "1.620 ms (2.00x faster)", "1.180 ms (1.46x faster) (torch.compile)", "roofline      84.0%",
                    "rtol 1e-05, atol 1e-05", "by kgen 0.1.0", "16 warps: two rows per SM stay in L2",
@@ -167,7 +167,7 @@ def test_export_refuses_what_it_cannot_stand_behind(results, out_dir):
     cases = [
         (["export", "conv2d", "-o", str(out_dir / "c.py")],
          f"no correct candidate for conv2d on this device (cpu); there are on {H100}: export one by id, "
-         f"e.g. kgen export {ids['conv_best']} -o ..."),
+         f"e.g. kgen export {ids['conv_best']} -o conv2d_kernel.py"),  # the DB here is the default one
         (["export", "matmul", "-o", str(out_dir / "m.py")], "no correct candidate for problem 'matmul'"),
         (["export", str(ids["softmax_compile_error"]), "-o", str(out_dir / "x.py")],
          f"candidate {ids['softmax_compile_error']} has no correct evaluation "

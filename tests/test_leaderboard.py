@@ -15,8 +15,6 @@ from kgen.records import EvalResult
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100, build_results_db
 
-WIDE = {"COLUMNS": "250"}
-
 
 @pytest.fixture
 def results(tmp_path):
@@ -35,7 +33,7 @@ def test_default_board_is_the_best_correct_candidate_per_problem_device_and_size
     ]
     best = rows[1]
     assert best.runtime_ms == 0.81 and best.speedup_eager == pytest.approx(1.62 / 0.81)
-    assert best.round == 2 and best.proposer == "offline" and best.rtol == 1e-5
+    assert best.round == 3 and best.proposer == "offline" and best.rtol == 1e-5
 
 
 def test_all_lists_every_correct_candidate_fastest_first_and_never_a_suspicious_one(results):
@@ -85,7 +83,7 @@ def test_show_gives_the_lineage_back_to_the_first_proposal(results):
 
 def test_show_on_the_cli_prints_idea_evaluation_lineage_and_source(results):
     path, ids = results
-    r = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env=WIDE)
+    r = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env={"COLUMNS": "250"})
     assert r.returncode == 0, r.stderr
     for needle in ("16 warps: two rows per SM stay in L2", "correct", "0.810", "2.00x",
                    f"lineage of {ids['softmax_best']}", "starter: online two-pass softmax", "_softmax_online_kernel",
@@ -95,14 +93,14 @@ def test_show_on_the_cli_prints_idea_evaluation_lineage_and_source(results):
 
 def test_show_a_failed_candidate_prints_its_error(results):
     path, ids = results
-    r = run_kgen("show", str(ids["softmax_compile_error"]), "--db", str(path), env=WIDE)
+    r = run_kgen("show", str(ids["softmax_compile_error"]), "--db", str(path), env={"COLUMNS": "250"})
     assert r.returncode == 0 and "compile_error" in r.stdout and "__shfl_xor" in r.stdout
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown", "table"])
 def test_every_format_holds_the_same_rows(results, fmt):
-    path, ids = results
-    r = run_kgen("leaderboard", "--all", "--format", fmt, "--db", str(path), env=WIDE)
+    path, _ = results
+    r = run_kgen("leaderboard", "--all", "--format", fmt, "--wide", "--db", str(path))
     assert r.returncode == 0, r.stderr
     expected = [row.candidate_id for row in leaderboard(open_db(str(path), create=False), include_all=True)]
     if fmt == "json":
@@ -133,9 +131,10 @@ def test_runs_show_status_rounds_best_speedup_and_tokens(results):
     assert conv.best_candidate_id == ids["conv_best"] and conv.best_speedup_eager == pytest.approx(3.05 / 1.87)
     cpu = rows[ids["cpu_run"]]
     assert (cpu.status, cpu.rounds_done, cpu.best_speedup_eager, cpu.correct) == ("interrupted", 1, None, 2)
-    r = run_kgen("runs", "--db", str(path), env=WIDE)
+    r = run_kgen("runs", "--wide", "--db", str(path))
     assert r.returncode == 0 and "interrupted" in r.stdout and "22.46 k" in r.stdout
-    assert json.loads(run_kgen("runs", "--json", "--db", str(path)).stdout)[1]["tokens_out"] == conv.tokens_out
+    listed = json.loads(run_kgen("runs", "--format", "json", "--db", str(path)).stdout)
+    assert listed[1]["tokens_out"] == conv.tokens_out
 
 
 @pytest.mark.parametrize("args", [["leaderboard"], ["show", "1"], ["runs"], ["report", "-o", "r.html"],
@@ -167,3 +166,28 @@ def test_candidate_detail_of_an_unknown_id_is_a_kgen_error(results):
     path, _ = results
     with pytest.raises(KgenError, match="no candidate with id 4242"):
         candidate_detail(open_db(str(path), create=False), 4242)
+
+
+def test_a_result_evaluated_without_the_sandbox_says_so_on_the_board(tmp_path):
+    from test_leaderboard_fixtures import _add, _run, starter
+
+    path = tmp_path / "results.db"
+    db = open_db(str(path))
+    try:
+        p, run = _run(db, "softmax", "full", H100, "offline", None, 1, 2)
+        fast = _add(db, p, run, 0, starter("softmax", "triton_online_two_pass"), "triton", "correct",
+                    runtime_ms=0.9, eager_ms=1.4)
+        # the same search's other candidate, evaluated with --no-sandbox (its details say so, as the judge writes them)
+        slow = _add(db, p, run, 0, starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024), "triton", "correct")
+        store.add_evaluation(db, slow, EvalResult(outcome="correct", language="triton", device=H100, size="full",
+                                                  runtime_ms=0.8, details={"sandbox": {"kind": "none"}}))
+    finally:
+        db.close()
+    rows = leaderboard(open_db(str(path), create=False), include_all=True)
+    assert {r.candidate_id: r.sandbox for r in rows} == {slow: "none", fast: None}  # the fixture records no kind
+    listed = list(csv.DictReader(io.StringIO(run_kgen("leaderboard", "--all", "--format", "csv", "--db",
+                                                       str(path)).stdout)))
+    assert {int(r["candidate_id"]): r["sandbox"] for r in listed} == {slow: "none", fast: ""}
+    table = run_kgen("leaderboard", "--all", "--format", "markdown", "--db", str(path)).stdout
+    marked = [line for line in table.splitlines() if "[no sandbox]" in line]
+    assert len(marked) == 1 and f"| {slow} |" in marked[0]

@@ -247,7 +247,7 @@ def test_when_retunings_run_out_it_proposes_fewer_never_a_duplicate(tmp_path, ca
     with caplog.at_level(logging.INFO, logger="kgen.proposers.offline"):
         rounds = run_rounds(db, problem, OfflineProposer(problem=problem), rounds=3, n=5)
     assert [len(r) for r in rounds] == [2, 0, 0]
-    assert "BLOCK_SIZE 256→128" == rounds[0][1].idea
+    assert rounds[0][1].idea == "BLOCK_SIZE 256→128"
     assert "2 of 5 candidates" in caplog.text
 
 
@@ -365,7 +365,7 @@ def test_no_retuning_at_least_as_large_as_one_that_ran_out_of_shared_memory(tmp_
     problem = tiny_problem(tmp_path)
     db = open_db(str(tmp_path / "oor.db"))
     proposer = OfflineProposer(problem=problem, seed=5)
-    grows = lambda name: name == "BLOCK_SIZE" or name.startswith("num_stages@")  # noqa: E731
+    grows = lambda name: name == "BLOCK_SIZE" or name.startswith("num_stages@")
     failed: list[dict[str, int]] = []
     dominated = 0
     for r in range(8):

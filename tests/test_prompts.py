@@ -97,7 +97,7 @@ def test_propose_prompt_shows_reference_best_and_failures(db, problem, populated
     assert system["role"] == "system" and "ModelNew" in system["content"] and "Triton" in system["content"]
     text = user["content"]
     assert "torch.softmax(x, dim=1)" in text and "64×1000 float32" in text
-    assert f"Candidate #{populated['t_fast']} (triton): 0.3 ms, 3.33x vs eager" in text
+    assert f"Candidate #{populated['t_fast']} (triton): 0.300 ms, 3.33x vs eager" in text
     assert "BLOCK_SIZE = 4096" in text and "40.0% of roofline" in text
     assert "has no attribute 'expp'" in text and "max abs error 0.0101" in text
     assert "- BLOCK_SIZE 8192→4096" in text  # ideas that worked
@@ -112,7 +112,7 @@ def test_propose_prompt_with_a_gpu_shows_device_ceilings_floor_and_baselines(pro
     history.floor_ms = history.roofline.floor_ms(history.ceilings)
     text = PromptRenderer().render("propose.j2", prompt_context(problem, history))
     assert "NVIDIA H100 80GB HBM3" in text and "3000 GB/s" in text and "50.0 fp32 TFLOP/s" in text
-    assert "memory-bound" in text and "eager 1.25 ms, torch.compile 0.9 ms" in text
+    assert "memory-bound" in text and "eager 1.250 ms, torch.compile 0.900 ms" in text
     assert "No correct candidate yet." in text
 
 

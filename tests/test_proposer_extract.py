@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kgen.proposers.extract import extract_candidate, guess_language
+from kgen.proposers.extract import extract_candidate
 
 CODE = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
 
@@ -43,8 +43,3 @@ def test_empty_and_truncated_replies_say_why():
     cut = extract_candidate(f"Idea: x.\n```python\n{CODE}    def more(self", truncated=True)
     assert cut.source is None and "max_tokens" in cut.error and cut.idea == "x."
 
-
-def test_language_is_guessed_from_how_kernels_are_defined():
-    assert guess_language("import triton\n@triton.jit\ndef k(): pass") == "triton"
-    assert guess_language("from torch.utils.cpp_extension import load_inline") == "cuda"
-    assert guess_language(CODE) == "unknown"

@@ -17,6 +17,7 @@ from kgen.proposers import default_proposer_kind, make_proposer
 from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy, parse_retry_after
 from kgen.records import EvalResult, Proposal
 from kgen.store import add_evaluation, add_proposal
+
 from llm_server import Reply, ScriptedLLMServer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -57,7 +57,7 @@ def test_search_runs_two_rounds_on_cpu_and_the_leaderboard_shows_its_winner(tmp_
     assert "no timings are measured" in result.stdout and "ranked by correctness only" in result.stdout
     assert [r[1:] for r in rows(db, "SELECT id, status, rounds_done, rounds_planned, proposer FROM runs")] == [
         ("finished", 2, 2, "offline")]
-    assert {r[0] for r in rows(db, "SELECT round FROM candidates")} == {0, 1}
+    assert {r[0] for r in rows(db, "SELECT round FROM candidates")} == {1, 2}
     assert set(evaluations_per_candidate(db, 1).values()) == {1}
     correct = [r[0] for r in rows(db, "SELECT candidate_id FROM evaluations WHERE outcome = 'correct'")]
     assert correct, rows(db, "SELECT candidate_id, outcome, message FROM evaluations")
@@ -95,8 +95,8 @@ def test_resume_after_kill_evaluates_the_rest_and_nothing_twice(tmp_path):
         ("finished", 2, 2, "softmax")]
     assert set(evaluations_per_candidate(db, 1).values()) == {1}
     assert rows(db, "SELECT id, candidate_id, outcome, created_at FROM evaluations ORDER BY id")[:len(before)] == before
-    assert {r[0] for r in rows(db, "SELECT round FROM candidates")} == {0, 1}
-    assert len(rows(db, "SELECT id FROM candidates WHERE round = 0")) == 3
+    assert {r[0] for r in rows(db, "SELECT round FROM candidates")} == {1, 2}
+    assert len(rows(db, "SELECT id FROM candidates WHERE round = 1")) == 3
 
 
 @pytest.mark.slow
@@ -137,19 +137,17 @@ def _replay_db(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_candidate_that_kills_its_worker_costs_only_itself(tmp_path):
+def test_a_candidate_cannot_reach_the_worker_evaluating_it(tmp_path):
     log = _replay_db(tmp_path / "log.db")
     db = tmp_path / "results.db"
-    # Without the sandbox's PID namespace (as where the OS refuses one), so the candidate can reach its worker.
     result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(log), "--rounds", "2",
-                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet",
-                      env={"KGEN_SANDBOX_NAMESPACES": "0"})
+                      "--candidates", "2", "--size", "small", "--db", str(db), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     outcomes = rows(db, "SELECT c.round, e.outcome, e.message, c.source FROM candidates c "
                         "JOIN evaluations e ON e.candidate_id = c.id ORDER BY c.id")
-    assert [(r[0], r[1]) for r in outcomes] == [(0, "correct"), (0, "runtime_error"), (1, "correct")], outcomes
+    # its kill found no Ray worker among the processes the sandbox shows it: it is just a correct softmax
+    assert [(r[0], r[1]) for r in outcomes] == [(1, "correct"), (1, "correct"), (2, "correct")], outcomes
     assert "_kill_ray_worker_ancestor" in outcomes[1][3]
-    assert "worker died" in outcomes[1][2]
     assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 2)]
 
 

@@ -8,11 +8,11 @@ from dataclasses import asdict
 import pytest
 from rich.console import Console
 
+from kgen.cluster import _check_reachable
 from kgen.errors import KgenError
 from kgen.progress import SearchCounts, SearchProgress, summary_lines
 from kgen.records import EvalResult
 from kgen.search import SearchConfig, SearchSummary, validate
-from kgen.workers import _check_reachable
 
 
 def correct(speedup_eager=None, speedup_compile=None) -> EvalResult:
@@ -37,11 +37,27 @@ def test_without_timings_the_first_correct_candidate_leads():
     assert counts.best_candidate_id == 2 and counts.best_speedup_eager is None
 
 
-def test_eta_is_rounds_left_times_the_time_per_finished_round():
-    # rounds overlap, so the pace is elapsed time per finished round, not the mean round's length
-    counts = SearchCounts(rounds_total=5, rounds_done=2, round_seconds=[10.0, 20.0], started=time.monotonic() - 40.0)
-    assert counts.eta_s() == pytest.approx(60.0, abs=1.0)
-    assert SearchCounts(rounds_total=5).eta_s() is None
+def test_eta_is_candidates_left_times_the_time_per_finished_candidate():
+    # 3 of 5 rounds proposed (4, 4, then 2: the proposer ran short), 6 done in 60 s since round 1 began:
+    # 10 s each; left: 4 proposed and unfinished, and 2 rounds of 2 (the latest round's size)
+    counts = SearchCounts(rounds_total=5, rounds_proposed=3, last_round_size=2, proposed=10, done=6,
+                          first_round_started=time.monotonic() - 60.0)
+    assert counts.eta_s() == pytest.approx((4 + 2 * 2) * 10.0, rel=0.01)
+    assert SearchCounts(rounds_total=5).eta_s() is None  # nothing finished yet: no pace to go by
+
+
+def test_eta_leaves_out_the_cluster_start_and_follows_the_events():
+    progress = SearchProgress(Console(file=io.StringIO()))
+    progress.start(run_id=1, problem="softmax", size="small", device="cpu", proposer="offline", rounds_total=3,
+                   rounds_done=0, evaluators=1, resumed=False)
+    progress.counts.started -= 100.0  # the cluster took 100 s to start: not part of the pace
+    progress.round_started(0)
+    progress.counts.first_round_started -= 20.0
+    progress.proposed(4, 0)
+    for cid in (1, 2):
+        progress.evaluated(cid, correct(), was_timing=False)
+    # 20 s for 2 candidates; left: 2 of round 1 and 2 rounds of 4
+    assert progress.counts.eta_s() == pytest.approx(10 * 10.0, rel=0.01)
 
 
 def test_plain_progress_writes_one_line_per_event():
@@ -64,13 +80,29 @@ def test_plain_progress_writes_one_line_per_event():
     assert progress.counts.outcomes == {"no_code": 1, "runtime_error": 1}
 
 
+def test_a_round_proposed_before_the_last_one_finished_says_so():
+    out = io.StringIO()
+    progress = SearchProgress(Console(file=out, width=200))
+    progress.start(run_id=1, problem="softmax", size="small", device="cpu", proposer="offline", rounds_total=3,
+                   rounds_done=0, evaluators=1, resumed=False)
+    progress.round_started(0)
+    progress.round_started(1)  # overlapped: round 1 is still being evaluated
+    progress.round_finished(0)
+    progress.round_started(2)  # round 2 is still being evaluated
+    progress.round_finished(1)
+    lines = out.getvalue().splitlines()
+    assert lines[1].endswith("round 1/3")
+    assert lines[2].endswith("round 2/3 (proposed while round 1 is still evaluated)")
+    assert lines[4].endswith("round 3/3 (proposed while round 2 is still evaluated)")
+
+
 def test_summary_names_the_winner_its_speedups_and_the_export_command():
     summary = SearchSummary(run_id=3, status="finished", problem="softmax", device="NVIDIA H100", rounds_done=10,
                             rounds_planned=10, candidates=80, correct=31, best_id=42, best_runtime_ms=0.5,
                             best_speedup_eager=2.5, best_speedup_compile=1.4, best_roofline_pct=81.0,
                             tokens_in=1000, tokens_out=500, wall_s=600)
     text = "\n".join(summary_lines(summary))
-    assert "best: candidate 42: 0.5 ms, 2.50x vs eager, 1.40x vs torch.compile, 81% of roofline" in text
+    assert "best: candidate 42: 0.500 ms, 2.50x vs eager, 1.40x vs torch.compile, 81.0% of roofline" in text
     assert "tokens: 1000 in, 500 out" in text
     assert "export: kgen export 42 -o softmax_kernel.py" in text
 
@@ -165,5 +197,5 @@ def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_
     search._rounds(_InstantStages(), EvalSettings(device="cpu", size="small"), 0, "cpu", None)
     with db.reader() as s:
         rounds = sorted(c.round for c in s.query(Candidate).filter_by(run_id=search.run_id))
-    assert rounds == [0, 0, 1, 1, 2, 2]
+    assert rounds == [1, 1, 2, 2, 3, 3]
     assert (1, 0) in proposer.asked  # asked early, had nothing, and was asked again later

@@ -22,6 +22,7 @@ The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen.harness.cuda_build.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import inspect
@@ -32,10 +33,11 @@ import shutil
 import subprocess
 import sysconfig
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -52,6 +54,10 @@ class CudaBuildError(Exception):
 
 class CudaNotRunnable(Exception):
     """The sources compiled, but this torch has no CUDA: nothing can be loaded or run here."""
+
+
+class CudaNotBuilt(Exception):
+    """A build the runner needs was not made by the compile step (the runner never starts a compiler)."""
 
 
 def cache_root() -> Path:
@@ -277,7 +283,7 @@ def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
     return bool(with_cuda) or bool(sources)
 
 
-def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callable, Callable]:
+def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> tuple[Callable, Callable]:
     """Replacements for `load_inline` and `load` that build under keyed names and directories."""
     from torch.utils import cpp_extension
 
@@ -291,7 +297,8 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
         name = f"kgen_{key[:20]}"
         build_dir = cache_root() / key[:32]
         started = time.monotonic()
-        with build_lock(build_dir):
+        # the runner's build directories are read-only: it only loads, so it needs no lock
+        with build_lock(build_dir) if allow_build else contextlib.nullcontext():
             try:
                 if torch.version.cuda is None and _cuda_in(cuda, bound.arguments.get("with_cuda")):
                     _nvcc_check(build_dir, name, cpp, cuda, bound.arguments.get("functions"),
@@ -301,6 +308,9 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
                                 kind == "load_inline" and not bound.arguments.get("no_implicit_headers", False))
                 module = _load_built(build_dir, name, bound) if torch.version.cuda else None
                 cached = module is not None
+                if module is None and not allow_build:
+                    raise CudaNotBuilt(f"the CUDA extension {kind}(...) was not built by the compile step "
+                                       "(are its arguments different at run time?)")
                 if module is None:
                     module = run(name, str(build_dir))
                     if torch.version.cuda:
@@ -359,8 +369,9 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None]) -> tuple[Callabl
     return load_inline, load
 
 
-def install(log: BuildLog, count: Callable[[str], None]) -> None:
-    """Replace torch.utils.cpp_extension.load_inline/load (before the candidate is imported)."""
+def install(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> None:
+    """Replace torch.utils.cpp_extension.load_inline/load (before the candidate is imported); with
+    `allow_build` False they only load what the compile step built, and never start a compiler."""
     from torch.utils import cpp_extension
 
-    cpp_extension.load_inline, cpp_extension.load = keyed_builders(log, count)
+    cpp_extension.load_inline, cpp_extension.load = keyed_builders(log, count, allow_build)

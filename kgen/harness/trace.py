@@ -1,24 +1,31 @@
-"""What a forward really does: the aten operators it calls, the kernels of its own it launches, and
-the forbidden things it starts (torch.compile, CUDA streams, threads, processes).
+"""What a forward really does, seen from inside the runner: the aten operators it calls and the work
+they do, the kernels of its own it launches, and the forbidden things it starts.
 
-- `OpTrace`: a TorchDispatchMode over one forward, recording every aten operator that reaches the
-  dispatcher (C++ calls from a load_inline extension included), whatever Python name reached it, so
-  `getattr(torch, "soft" + "max")` is seen as `_softmax`. Allocation, views, copies, reshapes and
-  fills are not compute and are dropped; related operators are grouped into families (mm/bmm/addmm
-  are all matmul) so a candidate cannot dodge the cover test with a sibling operator.
+All of this runs in the candidate's process, so a candidate written to fool it can; it is the
+precise, readable evidence for honest mistakes (an LLM that called F.softmax), not the safeguard.
+The judge's safeguards do not depend on it: the ablation run (the candidate with its own kernels'
+bodies removed must fail), the GPU kernel audit, and its own clock.
+
+- `OpTrace`: a TorchDispatchMode over one forward (every trial's, not only the first), recording every
+  aten operator that reaches the dispatcher, C++ calls from a load_inline extension included, with
+  the work it did: its FLOPs where torch.utils.flop_counter has a formula (matmul, convolution,
+  attention), else the elements it wrote. The judge measures the reference the same way and compares
+  work, not operator names, so torch's decomposition of a softmax beside a one-element kernel counts
+  as torch doing the softmax. Allocation, views, copies, reshapes and fills are not compute.
 - `LaunchCounter`: wraps Triton's launch entry points (compiled and interpreted) and counts the
   launches of kernels defined in the candidate's own file; CUDA extension calls are counted by
   kgen.harness.cuda_build's module proxy into the same counter.
 - `ForbiddenUseRecorder`: patches the Python entry points of torch.compile, CUDA streams, threads
-  and processes before the candidate is imported, records any use whose call stack passes through
-  the candidate's file, and refuses it (a candidate's thread or child process never runs).
+  and processes so an honest mistake gets a clear message (the sandbox's seccomp filter is what
+  actually stops processes).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -74,38 +81,56 @@ def compute_family(name: str) -> Optional[str]:
     return _FAMILY_OF.get(name, _FAMILY_OF.get(name.rstrip("_"), name.rstrip("_")))
 
 
+def _numel_out(out: Any) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.numel()
+    if isinstance(out, (tuple, list)):
+        return sum(_numel_out(o) for o in out)
+    return 0
+
+
+def op_work(func, args: tuple, kwargs: dict, out: Any) -> int:
+    """The work an operator call did: FLOPs where torch's flop counter has a formula, else the
+    number of elements it produced."""
+    try:
+        from torch.utils.flop_counter import flop_registry
+
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            return int(formula(*args, **kwargs, out_val=out))
+    except Exception:  # noqa: BLE001 - an operator the formula does not understand: count elements
+        pass
+    return _numel_out(out)
+
+
 class OpTrace(TorchDispatchMode):
-    """Records the aten operators called while active, except while `paused` (inside Triton's own
-    launch machinery, whose interpreter moves tensors with torch)."""
+    """Records the compute operators called while active and the work each did."""
 
     def __init__(self):
         super().__init__()
-        self.ops: list[str] = []
-        self.paused = 0
+        self.work: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.paused:
-            self.ops.append(op_name(func))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = op_name(func)
+        if compute_family(name) is not None:
+            self.work[name] = self.work.get(name, 0) + op_work(func, args, kwargs, out)
+        return out
 
     def compute_ops(self) -> list[str]:
-        return sorted({name for name in self.ops if compute_family(name) is not None})
+        return sorted(self.work)
 
-    def compute_families(self) -> set[str]:
-        return {f for f in (compute_family(name) for name in self.ops) if f is not None}
-
-
-def covers_reference(candidate_families: set[str], reference_families: set[str]) -> bool:
-    """True when the candidate calls torch for every kind of compute the reference does."""
-    return bool(reference_families) and reference_families <= candidate_families
+    def total_work(self) -> int:
+        return sum(self.work.values())
 
 
-def _defined_in(fn, filename: str) -> bool:
+def _kernel_function(fn):
+    """The Python function behind a JITFunction / InterpretedFunction / Autotuner chain."""
     inner = getattr(fn, "fn", fn)
     while hasattr(inner, "fn") and not hasattr(inner, "__code__"):
         inner = inner.fn
-    code = getattr(inner, "__code__", None)
-    return code is not None and code.co_filename == filename
+    return inner
 
 
 # Code objects of kgen's own wrappers that run compilers (Triton's ptxas, nvcc, ninja) on the
@@ -133,17 +158,24 @@ def _from_file(filename: str) -> bool:
 
 @dataclass
 class LaunchCounter:
-    """Counts launches of kernels the candidate's file defines (Triton) or built (CUDA extensions)."""
+    """Counts launches of kernels defined in the files of loaded modules (Triton), and calls into the
+    candidate's CUDA extensions, per module: the real candidate and its ablated copy are separate files."""
 
-    candidate_file: str
-    launches: int = 0
-    trace: Optional[OpTrace] = None
-    names: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # module -> its source file
+    launches: dict[str, int] = field(default_factory=dict)
+    names: dict[str, list[str]] = field(default_factory=dict)
 
-    def count(self, name: str) -> None:
-        self.launches += 1
-        if name not in self.names:
-            self.names.append(name)
+    def count(self, module: str, name: str) -> None:
+        self.launches[module] = self.launches.get(module, 0) + 1
+        names = self.names.setdefault(module, [])
+        if name not in names:
+            names.append(name)
+
+    def count_extension(self, name: str) -> None:
+        self.count("candidate", name)
+
+    def reset(self) -> None:
+        self.launches = {}
 
     def install(self) -> None:
         """Wrap the `run` of Triton's JITFunction and InterpretedFunction (what `kernel[grid](...)`
@@ -165,15 +197,13 @@ class LaunchCounter:
         counter = self
 
         def run(fn_self, *args, **kwargs):
-            if not kwargs.get("warmup", False) and _defined_in(fn_self, counter.candidate_file):
-                counter.count(getattr(getattr(fn_self, "fn", None), "__name__", "triton kernel"))
-            if counter.trace is not None:
-                counter.trace.paused += 1
-            try:
-                return original(fn_self, *args, **kwargs)
-            finally:
-                if counter.trace is not None:
-                    counter.trace.paused -= 1
+            if not kwargs.get("warmup", False):
+                inner = _kernel_function(fn_self)
+                filename = getattr(getattr(inner, "__code__", None), "co_filename", None)
+                for module, path in counter.files.items():
+                    if filename == path:
+                        counter.count(module, getattr(inner, "__name__", "triton kernel"))
+            return original(fn_self, *args, **kwargs)
 
         run.__wrapped__ = original
         return trust(run)
@@ -205,7 +235,6 @@ class ForbiddenUseRecorder:
         return guarded
 
     def install(self) -> None:
-        import gc
         import multiprocessing.process
         import os
         import subprocess
@@ -227,9 +256,6 @@ class ForbiddenUseRecorder:
         for name in ("set_stream", "stream"):
             if hasattr(torch.cuda, name):
                 setattr(torch.cuda, name, self._guard("switch CUDA streams", getattr(torch.cuda, name)))
-        # The evaluator's float64 references live in this process: walking the heap could find them.
-        for name in ("get_objects", "get_referrers", "get_referents"):
-            setattr(gc, name, self._guard("walk the garbage collector's heap", getattr(gc, name)))
         threading.Thread.start = self._guard("start a thread", threading.Thread.start)
         multiprocessing.process.BaseProcess.start = self._guard("start a process",
                                                                 multiprocessing.process.BaseProcess.start)

@@ -16,10 +16,7 @@ from typing import Optional, Protocol, runtime_checkable
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
-from kgen.records import Proposal
-
-PROPOSER_KINDS = ("openai", "offline", "replay")
-LANGUAGE_CHOICES = ("triton", "cuda", "any")
+from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, Proposal
 
 
 @runtime_checkable
@@ -48,8 +45,8 @@ def make_proposer(kind: str, *, problem: Problem, language: str = "any", seed: i
     if language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{language}' (choose {', '.join(LANGUAGE_CHOICES)})")
     if kind == "openai":
-        from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy
         from kgen.prompts import PromptRenderer
+        from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy
 
         if concurrency < 1:
             raise KgenError(f"concurrency must be at least 1 (got {concurrency})")

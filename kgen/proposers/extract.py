@@ -3,7 +3,6 @@ there are several: models often draft, then correct themselves) and the idea sta
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -75,12 +74,3 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
             return Extracted(None, idea, "the response was cut off at max_tokens before its code ended "
                                          "(raise --max-tokens)")
     return Extracted(source, idea)
-
-
-def guess_language(source: str) -> str:
-    """triton | cuda | unknown, from what the source uses to define its kernels."""
-    if re.search(r"load_inline|cpp_extension|__global__", source):
-        return "cuda"
-    if re.search(r"@triton\.(jit|autotune)|import triton", source):
-        return "triton"
-    return "unknown"

@@ -38,8 +38,8 @@ from kgen import pyast
 from kgen.errors import KgenError
 from kgen.history import History, kernel_shape
 from kgen.problems import Problem
-from kgen.proposers.extract import guess_language
 from kgen.records import Proposal
+from kgen.static_checks import detect_language
 from kgen.store import normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.offline")
@@ -246,7 +246,7 @@ def load_starters(problem: Problem, starters_dir: Optional[Path] = None, languag
         if not defines_model_new(source):
             log.warning("starter %s defines no ModelNew; skipped", path)
             continue
-        starters.append(Starter(path, source, guess_language(source), _docstring_line(source)))
+        starters.append(Starter(path, source, detect_language(source), _docstring_line(source)))
     if not starters:
         raise KgenError(f"the offline proposer has no starter kernels for {problem.name} (looked in {folder}): "
                         f"{STARTER_HELP}")

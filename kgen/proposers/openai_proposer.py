@@ -33,8 +33,9 @@ from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
 from kgen.prompts import PromptRenderer, failure_view, prompt_context
-from kgen.proposers.extract import extract_candidate, guess_language
+from kgen.proposers.extract import extract_candidate
 from kgen.records import Proposal
+from kgen.static_checks import detect_language
 from kgen.store import ScoredCandidate, normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.openai")
@@ -221,7 +222,7 @@ class OpenAIProposer:
     def _check_templates(self) -> None:
         """Render every template once, with a candidate and a failure in the history, so that a user
         template's undefined variable stops the search before its first request."""
-        sample = ScoredCandidate(id=0, run_id=None, round=0, source="class ModelNew: ...", language="triton",
+        sample = ScoredCandidate(id=0, run_id=None, round=1, source="class ModelNew: ...", language="triton",
                                  idea="an idea", proposer="openai", parent_ids=[], outcome="correct", message="",
                                  runtime_ms=1.0, speedup_eager=1.0, speedup_compile=1.0, roofline_pct=50.0,
                                  device="cpu", torch_ops=[])
@@ -360,7 +361,7 @@ class OpenAIProposer:
                      f"repair of candidate #{f.id} ({f.outcome})") for f in targets[:n_repair]]
         if len(jobs) < n:
             propose = _Job("propose", self.renderer.messages("propose.j2", context), [c.id for c in history.best],
-                           f"openai proposal, round {round_index}")
+                           f"openai proposal, round {round_index + 1}")
             jobs += [propose] * (n - len(jobs))
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
@@ -384,7 +385,7 @@ class OpenAIProposer:
         except KgenError as e:
             self._stop.set()
             return e
-        except Exception as e:  # noqa: BLE001 - one bad reply must not end the search
+        except Exception as e:
             log.exception("request failed unexpectedly")
             return CallResult(attempts=1, error=f"{type(e).__name__}: {_one_line(str(e))}")
 
@@ -405,5 +406,5 @@ class OpenAIProposer:
             proposal.error = "duplicate: this source (up to comments and blank lines) was already proposed"
             return proposal
         seen.add(digest)
-        proposal.source, proposal.language = extracted.source, guess_language(extracted.source)
+        proposal.source, proposal.language = extracted.source, detect_language(extracted.source)
         return proposal

@@ -15,7 +15,7 @@ from typing import Optional
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from kgen.db import Candidate, Run, latest_evaluation, open_db
+from kgen.db import Candidate, Run, latest_evaluation, mask_url, open_db
 from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import Problem
@@ -27,15 +27,16 @@ class ReplayProposer:
     name = "replay"
 
     def __init__(self, db: str, *, run_id: Optional[int] = None, problem: Problem):
-        source_db = open_db(db, create=False)
+        source_db = open_db(db, read_only=True)
+        shown = mask_url(db)  # as it appears in messages and in each replayed candidate's origin
         try:
             with source_db.reader() as s:
                 if run_id is not None:
                     run = s.get(Run, run_id)
                     if run is None:
-                        raise KgenError(f"{db} has no run {run_id}")
+                        raise KgenError(f"{shown} has no run {run_id}")
                     if run.problem != problem.name:
-                        raise KgenError(f"run {run_id} in {db} searched {run.problem}, not {problem.name}")
+                        raise KgenError(f"run {run_id} in {shown} searched {run.problem}, not {problem.name}")
                 q = (select(Candidate).where(Candidate.problem == problem.name)
                      .options(selectinload(Candidate.llm_call), selectinload(Candidate.evaluations))
                      .order_by(Candidate.round.is_(None).desc(), Candidate.round, Candidate.id))
@@ -45,11 +46,11 @@ class ReplayProposer:
                 self._hash_by_id = {c.id: c.source_hash for c in s.scalars(select(Candidate).where(
                     Candidate.problem == problem.name))}
                 # (the proposal, its parents' ids in the replayed DB)
-                self._queue = [(self._proposal(c, db), list(c.parent_ids or [])) for c in logged]
+                self._queue = [(self._proposal(c, shown), list(c.parent_ids or [])) for c in logged]
         finally:
             source_db.close()
         if not self._queue:
-            where = f"run {run_id} of {db}" if run_id is not None else db
+            where = f"run {run_id} of {shown}" if run_id is not None else shown
             raise KgenError(f"{where} holds no proposals for problem {problem.name}; nothing to replay")
         models = {p.model for p, _ in self._queue if p.model}
         self.model: Optional[str] = models.pop() if len(models) == 1 else None

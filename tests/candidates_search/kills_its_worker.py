@@ -1,7 +1,8 @@
-"""A softmax candidate that kills the Ray worker evaluating it: on each forward it walks up its
+"""A softmax candidate that tries to kill the Ray worker evaluating it: on each forward it walks up its
 process ancestry and SIGKILLs the nearest Ray worker (its process title starts with 'ray::'), then
-computes a correct softmax. Outside Ray it is harmless; in a search it must cost itself a
-runtime_error and leave the search going."""
+computes a correct softmax. In the sandbox (its own PID namespace) no Ray worker is among the
+processes it can see, so it is an honest candidate there and must come out correct, with the search
+going on around it."""
 import os
 import signal
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The two-GPU measurement of issue 15, in one device call on a machine with two GPUs (nvidia-h200-x2):
+#   bash benchmarks/two_gpus.sh [DEADLINE_S]          (default 560: inside one 10-minute call)
+# `kgen bench --gpus 1 --gpus 2` on softmax and matmul, 2 rounds of 8 Triton candidates: the same
+# candidates in each pass (same seed; a DB, kgen cache and Triton cache per pass), one pass on one GPU,
+# then one on two. The goal: evaluations per hour of evaluation span, two GPUs / one GPU, >= 1.8.
+# Sizing (H100 figures, RESULTS.md): ~5.4 s per Triton candidate on a GPU, so 32 candidates keep one GPU
+# ~175 s and two ~90 s, plus fresh baselines and start-up in each pass: ~400 s in all.
+# Out: $OUT/scaling/{bench.md,bench.json,bench-1gpu.db,bench-2gpu.db}, $OUT/nvidia-smi.csv (each GPU's
+# utilization every 2 s, to see both GPUs busy in the second pass), $OUT/gpus-used.txt (the GPU Ray gave
+# the evaluator of each evaluation, per pass), $OUT/steps.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+[ "$gpus" -ge 2 ] || { echo "two_gpus.sh: this machine has $gpus GPU(s); it needs two" | tee "$OUT/steps.log"; exit 1; }
+nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 2 > "$OUT/nvidia-smi.csv" 2>&1 &
+smi=$!
+bash benchmarks/gpu_steps.sh "${1:-560}" scaling:softmax,matmul:2:8:triton
+kill "$smi" 2>/dev/null
+for n in 1 2; do
+  db=$OUT/scaling/bench-${n}gpu.db
+  [ -f "$db" ] || continue
+  echo "== pass with $n GPU(s): evaluations per GPU id (details.nodes.evaluation.gpus)"
+  python3 - "$db" <<'PY'
+import collections, json, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT details FROM evaluations").fetchall()
+used = collections.Counter(",".join(json.loads(d or "{}").get("nodes", {}).get("evaluation", {}).get("gpus", [])) or "-"
+                           for (d,) in rows)
+print(dict(used))
+PY
+done | tee "$OUT/gpus-used.txt"
+cat "$OUT/scaling/bench.md" 2>/dev/null | tail -5

@@ -1,0 +1,173 @@
+"""How kgen writes numbers, times and tables for people: one rule each, used by the CLI, the
+progress display, the report, the export docstrings and the prompts.
+
+A missing value is always "-". Tables go to a terminal as a rich table, and anywhere else (a pipe,
+a file, CI logs) as plain aligned lines that are never cut to a width.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+MISSING = "-"
+
+
+def ms(value: Optional[float]) -> str:
+    """A time in milliseconds, to about four significant digits: 0.0123, 1.620, 250.5."""
+    if value is None:
+        return MISSING
+    return f"{value:.4f}" if value < 0.1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"
+
+
+def speedup(value: Optional[float]) -> str:
+    """A speedup: 1.62x."""
+    return MISSING if value is None else f"{value:.2f}x"
+
+
+def pct(value: Optional[float]) -> str:
+    """A percentage (of the roofline): 45.6%."""
+    return MISSING if value is None else f"{value:.1f}%"
+
+
+def tol(value: Optional[float]) -> str:
+    """A tolerance: 1e-05."""
+    return MISSING if value is None else f"{value:.3g}"
+
+
+def when(value: Optional[dt.datetime]) -> str:
+    """A moment, to the minute: 2026-11-22 21:55."""
+    return MISSING if value is None else value.strftime("%Y-%m-%d %H:%M")
+
+
+def si(value: Optional[float], unit: str = "") -> str:
+    """A count with an SI prefix: 2.15 GB, 137.44 GFLOP, 512 B."""
+    if value is None:
+        return MISSING
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}".strip()
+
+
+def duration(seconds: Optional[float]) -> str:
+    """Elapsed time: 02:05, or 1:02:05 past an hour."""
+    if seconds is None:
+        return MISSING
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def proposer(name: str, model: Optional[str]) -> str:
+    """The proposer and its model: openai/gpt-4.1, offline."""
+    return f"{name}/{model}" if model else name
+
+
+def db_option(url: str) -> Optional[str]:
+    """What `--db` must say for a later command to open the DB at `url`: None for the default DB
+    (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL
+    with its password masked (kgen never prints a password; the user puts theirs back)."""
+    from kgen.db import db_url, mask_url
+
+    if url == db_url(None):
+        return None
+    if not url.startswith("sqlite:///"):
+        return mask_url(url)
+    path = Path(url.removeprefix("sqlite:///"))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def command(*words: object, db: Optional[str] = None) -> str:
+    """A kgen command line a user can paste: words quoted for the shell, with `--db` when the results
+    DB is not the default one."""
+    line = ["kgen", *(str(w) for w in words)]
+    if db is not None:
+        line += ["--db", db]
+    return shlex.join(line)
+
+
+# -- tables -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, whether it is a number (right-aligned), whether the default view
+    shows it, and whether it must never be cut or folded (the ids users type next)."""
+
+    header: str
+    numeric: bool = False
+    default: bool = True
+    key: bool = False
+
+
+def visible_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], wide: bool) -> list[int]:
+    """Indexes of the columns to show: every one with `wide`; else the default ones, less those
+    with no value in any row (a machine without a GPU has no times to show)."""
+    if wide:
+        return list(range(len(columns)))
+    return [i for i, c in enumerate(columns)
+            if c.default and (c.key or any(row[i] != MISSING for row in rows))]
+
+
+def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [max(len(r[i]) for r in [[c.header for c in columns], *rows]) for i in range(len(columns))]
+
+
+def _lines(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = _widths(columns, rows)
+    return ["  ".join(cell.rjust(w) if c.numeric else cell.ljust(w)
+                      for cell, c, w in zip(r, columns, widths)).rstrip()
+            for r in [[c.header for c in columns], *rows]]
+
+
+def plain_table(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned lines, two spaces between columns, as wide as the cells need."""
+    return "\n".join(_lines(columns, rows)) + "\n"
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Indexes of the columns that fit in `width`: the key columns always, then the others in order
+    while they fit (a column is never folded or cut)."""
+    widths = _widths(columns, rows)
+    keep = [i for i, c in enumerate(columns) if c.key]
+    used = sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+    for i, c in enumerate(columns):
+        if not c.key and used + 2 + widths[i] <= width:
+            keep.append(i)
+            used += 2 + widths[i]
+    return sorted(keep)
+
+
+def print_table(console, columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: Optional[str] = None,
+                wide: bool = False, styles: Optional[Sequence[Optional[str]]] = None) -> None:
+    """A table on `console` as aligned lines. In a pipe or a file every shown column is printed in
+    full, however wide. On a terminal the default view drops the columns that would not fit (and
+    says how to see them); `wide` shows every column, letting the terminal wrap."""
+    from rich.text import Text
+
+    shown = visible_columns(columns, rows, wide)
+    if console.is_terminal and not wide:
+        fitted = fit_columns([columns[i] for i in shown], [[r[i] for i in shown] for r in rows], console.width)
+        dropped = len(shown) - len(fitted)
+        shown = [shown[i] for i in fitted]
+    else:
+        dropped = 0
+    lines = _lines([columns[i] for i in shown], [[r[i] for i in shown] for r in rows])
+    if not console.is_terminal:
+        console.file.write((f"{title}\n" if title else "") + "\n".join(lines) + "\n")
+        console.file.flush()
+        return
+    if title:
+        console.print(Text(title, style="italic"), soft_wrap=True)
+    console.print(Text(lines[0], style="bold underline"), soft_wrap=True)
+    for n, line in enumerate(lines[1:]):
+        console.print(Text(line, style=(styles[n] if styles else None) or ""), soft_wrap=True)
+    if dropped:
+        what = "1 column" if dropped == 1 else f"{dropped} columns"
+        console.print(Text(f"{what} left out to fit the terminal; --wide shows every column", style="dim"),
+                      soft_wrap=True)

@@ -1,0 +1,427 @@
+"""kgen on a Ray cluster: where evaluators go, what happens to the work of a Ray worker or node that
+dies, and joining a cluster that authenticates with a token.
+
+Real Ray throughout. The stage tests run kgen's stages on a local cluster with stand-ins for the
+evaluation (they die, or fail as kgen's harness would, on cue). The cluster tests start real Ray
+nodes on this machine (`ray start --head`, `ray start --address`, each its own raylet, token
+authentication on) and run the real CLI against them; the one thing mocked is the GPU: a node
+advertises the `kgen_gpu` custom resource instead, and candidates run in Triton's interpreter.
+CI runs all of these (the README's test command selects no markers).
+"""
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kgen.cluster import EVALUATOR_RESOURCE, evaluator_placement
+from kgen.records import EvalResult
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+# --- where evaluators go -------------------------------------------------------------------------
+
+def _node(alive=True, **resources) -> dict:
+    return {"Alive": alive, "Resources": dict(resources)}
+
+
+@pytest.mark.parametrize("nodes, count, options", [
+    ([_node(CPU=16, GPU=8), _node(CPU=16, GPU=8)], 16, dict(num_cpus=1, num_gpus=1)),
+    ([_node(CPU=4), _node(CPU=2, kgen_gpu=1)], 1, dict(num_cpus=1, resources={"kgen_gpu": 1})),
+    # kgen_gpu on a GPU node keeps kgen to that many of its GPUs; a kgen_gpu without a GPU is no use there
+    ([_node(CPU=16, GPU=8, kgen_gpu=2), _node(CPU=4, kgen_gpu=3), _node(CPU=16, GPU=8)], 2,
+     dict(num_cpus=1, num_gpus=1, resources={"kgen_gpu": 1})),
+    ([_node(CPU=4), _node(CPU=2)], 5, dict(num_cpus=1)),  # no GPU anywhere: CPU evaluators, one CPU left over
+    ([_node(CPU=2)], 2, dict(num_cpus=0.5)),  # a 2-core machine: two evaluators share one CPU, one for compiles
+    ([_node(CPU=4, GPU=2, alive=False), _node(CPU=2, GPU=1)], 1, dict(num_cpus=1, num_gpus=1)),
+], ids=["one-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "two-cores", "dead-nodes-ignored"])
+def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
+    placement = evaluator_placement(nodes)
+    assert (placement.count, placement.actor_options) == (count, options)
+
+
+def test_workers_load_a_bundled_problem_by_name_and_any_other_by_path(tmp_path):
+    from kgen.problems import resolve_problem_path
+    from kgen.workers import problem_ref
+
+    own = tmp_path / "my_problem.py"
+    own.write_text("")
+    # by name: each node finds its own install's copy, wherever kgen is installed there
+    assert problem_ref(str(resolve_problem_path("softmax"))) == "softmax"
+    assert problem_ref(str(own)) == str(own.resolve())
+
+
+def test_a_node_whose_problem_file_differs_from_the_drivers_stops_the_search():
+    from kgen.errors import KgenError
+    from kgen.problems import load_problem
+    from kgen.workers import _load
+
+    assert _load("softmax", "small", load_problem("softmax", "small").source_hash).name == "softmax"
+    with pytest.raises(KgenError, match="differs from the driver's: install the same kgen on every Ray node"):
+        _load("softmax", "small", "0123456789abcdef")
+
+
+# --- the stages when workers die (local Ray, stand-in evaluation) ---------------------------------
+
+def _attempt(plan: dict, stage: str) -> int:
+    """Count this attempt of `stage` on the plan's candidate in a file (it outlives the worker) and return it."""
+    counter = Path(plan["state"]) / f"{plan['name']}.{stage}"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    return n
+
+
+def _compile_stand_in(problem, size, source_hash, source, settings):
+    """The compile stage, as a task whose worker dies (os._exit) the first `compile_deaths` times."""
+    import ray
+
+    plan = json.loads(source)
+    if _attempt(plan, "compile") <= plan.get("compile_deaths", 0):
+        os._exit(1)
+    return None, {}, {"node_id": ray.get_runtime_context().get_node_id(), "ip": "127.0.0.1"}
+
+
+class _EvaluatorStandIn:
+    """An evaluator whose worker dies the first `eval_deaths` times, then returns `harness_error` the next
+    `harness_errors` times (kgen's fault, as the judge reports it), then `correct`."""
+
+    def __init__(self, problem, size, source_hash):
+        pass
+
+    def device(self):
+        import ray
+
+        from kgen.workers import Device
+
+        return Device(name="cpu", cuda_arch=None, node_id=ray.get_runtime_context().get_node_id())
+
+    def evaluate(self, source, settings):
+        plan = json.loads(source)
+        n = _attempt(plan, "evaluate")
+        deaths = plan.get("eval_deaths", 0)
+        if n <= deaths:
+            os._exit(1)
+        if n - deaths <= plan.get("harness_errors", 0):
+            return EvalResult(outcome="harness_error", message="the judge lost its runner", size=settings.size)
+        return EvalResult(outcome="correct", size=settings.size)
+
+
+PLANS = {  # candidate id -> what happens to it
+    1: {"name": "plain"},
+    2: {"name": "compile-worker-dies-once", "compile_deaths": 1},
+    3: {"name": "evaluator-dies-twice", "eval_deaths": 2},
+    4: {"name": "evaluator-keeps-dying", "eval_deaths": 99},
+    5: {"name": "harness-error-once", "harness_errors": 1},
+    6: {"name": "harness-error-always", "harness_errors": 99},
+}
+
+
+@dataclass
+class StagesRun:
+    events: list
+    state: Path
+
+    def done(self, candidate_id: int) -> EvalResult:
+        [result] = [e.result for e in self.events if e.kind == "done" and e.candidate_id == candidate_id]
+        return result
+
+    def attempts(self, candidate_id: int, stage: str) -> int:
+        return int((self.state / f"{PLANS[candidate_id]['name']}.{stage}").read_text())
+
+
+@pytest.fixture(scope="module")
+def stages_run(tmp_path_factory) -> StagesRun:
+    """Every plan through kgen's stages at once, on a local Ray cluster with one evaluator."""
+    import logging
+
+    import ray
+    from ray import cloudpickle
+
+    from kgen.cluster import Cluster, Placement
+    from kgen.records import EvalSettings
+    from kgen.workers import Job, Stages
+
+    class StandInStages(Stages):
+        compile_function = staticmethod(_compile_stand_in)
+        evaluator_class = _EvaluatorStandIn
+
+    state = tmp_path_factory.mktemp("attempts")
+    saved_env = dict(os.environ)  # ray.init sets RAY_AUTH_MODE here; later tests' subprocesses must not inherit it
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        stages = StandInStages(Cluster(address=None, num_cpus=2, num_gpus=0, placement=Placement(1, dict(num_cpus=1))),
+                               "unused.py", "small")
+        jobs = [Job(cid, json.dumps(dict(plan, state=str(state)))) for cid, plan in PLANS.items()]
+        events = list(stages.run(jobs, EvalSettings()))
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return StagesRun(events, state)
+
+
+@pytest.mark.slow
+def test_each_candidate_leaves_the_stages_exactly_once(stages_run):
+    assert sorted(e.candidate_id for e in stages_run.events if e.kind == "done") == sorted(PLANS)
+
+
+@pytest.mark.slow
+def test_work_of_a_dead_worker_is_requeued_and_finishes(stages_run):
+    compiled_again, timed_again = stages_run.done(2), stages_run.done(3)
+    assert (compiled_again.outcome, stages_run.attempts(2, "compile")) == ("correct", 2)
+    assert [(a["stage"], a["kind"]) for a in compiled_again.details["requeued"]] == [("compile", "worker_died")]
+    assert (timed_again.outcome, stages_run.attempts(3, "evaluate")) == ("correct", 3)
+    assert [(a["stage"], a["kind"]) for a in timed_again.details["requeued"]] == [("evaluation", "worker_died")] * 2
+    assert all(a["node"] for a in timed_again.details["requeued"])  # the node of the evaluator that died
+    notes = [e.note for e in stages_run.events if e.kind == "requeued" and e.candidate_id == 3]
+    assert len(notes) == 2 and "attempt 3 of 3" in notes[1]
+    assert "requeued" not in stages_run.done(1).details
+
+
+@pytest.mark.slow
+def test_a_worker_that_keeps_dying_costs_a_harness_error_after_three_attempts(stages_run):
+    result = stages_run.done(4)
+    assert stages_run.attempts(4, "evaluate") == 3
+    assert result.outcome == "harness_error"
+    assert "kept dying" in result.message and "not the candidate's fault" in result.message
+    assert len(result.details["requeued"]) == 3
+
+
+@pytest.mark.slow
+def test_a_harness_error_is_evaluated_once_more(stages_run):
+    recovered, persistent = stages_run.done(5), stages_run.done(6)
+    assert (recovered.outcome, stages_run.attempts(5, "evaluate")) == ("correct", 2)
+    assert [a["kind"] for a in recovered.details["requeued"]] == ["harness_error"]
+    assert (persistent.outcome, stages_run.attempts(6, "evaluate")) == ("harness_error", 2)
+    assert persistent.message == "the judge lost its runner"  # the judge's own words are kept
+
+
+# --- a real cluster of Ray nodes on this machine ---------------------------------------------------
+
+def _session_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[3])
+
+
+@dataclass
+class RayNode:
+    """One `ray start --block` in a session of its own: the node's raylet and every worker it starts
+    live in that session, so the node can be killed whole, like a machine that loses power."""
+
+    proc: subprocess.Popen
+    log: Path
+    node_id: str = ""  # as ray.nodes() and the evaluations' details name it
+
+    @classmethod
+    def start(cls, args: list[str], env: dict, log: Path) -> "RayNode":
+        with open(log, "w") as out:
+            proc = subprocess.Popen([RAY, "start", *args, "--block"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        node = cls(proc, log)
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, f"ray start failed:\n{log.read_text()}"
+            time.sleep(0.5)
+        node.node_id = node._raylet_node_id()
+        return node
+
+    def pids(self) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if _session_of(int(entry)) == self.proc.pid:
+                        found.append(int(entry))
+                except (OSError, ValueError, IndexError):
+                    pass
+        return found
+
+    def _raylet_node_id(self) -> str:
+        for pid in self.pids():
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if args[0].endswith("/raylet"):
+                return next(a.split("=", 1)[1] for a in args if a.startswith("--node_id="))
+        raise AssertionError("this node has no raylet")
+
+    def kill(self) -> None:
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # ray start --block stops its node's processes
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        self.kill()
+
+
+@dataclass
+class RayCluster:
+    address: str
+    env: dict  # what a process joining the cluster needs: RAY_AUTH_MODE=token and the token's file
+    head: RayNode
+    gpu_node: RayNode
+    add_node: Callable[..., RayNode]  # (name, cpus, resources): another node, stopped with the cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> RayCluster:
+    """A head node with one CPU (the driver attaches to it; it compiles, never evaluates) and a node with two
+    CPUs and one `kgen_gpu`, joined with a token."""
+    home = tmp_path_factory.mktemp("cluster")
+    token_file = home / "auth_token"
+    token_file.write_text(secrets.token_hex(32))
+    ray_tmp = tempfile.mkdtemp(prefix="kgen-ray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0",
+               KGEN_CACHE_DIR=str(home / "kgen-cache"))
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--temp-dir", ray_tmp, "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    nodes: list[RayNode] = []
+
+    def add_node(name: str, cpus: int, resources: dict) -> RayNode:
+        node = RayNode.start(["--address", address, "--num-cpus", str(cpus), "--resources", json.dumps(resources),
+                              *common], env, home / f"{name}.log")
+        nodes.append(node)
+        return node
+
+    try:
+        head = RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
+                              *common], env, home / "head.log")
+        nodes.append(head)
+        gpu_node = add_node("gpu_node", 2, {EVALUATOR_RESOURCE: 1})
+        yield RayCluster(address, env, head, gpu_node, add_node)
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _kgen(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real CLI with exactly `env` (conftest's run_kgen adds this process's environment)."""
+    return subprocess.run([sys.executable, "-m", "kgen", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _search_args(cluster: RayCluster, db: Path, candidates: int) -> list[str]:
+    return ["search", "--problem", "softmax", "--rounds", "1", "--candidates", str(candidates), "--proposer", "offline",
+            "--language", "triton", "--size", "small", "--ray-address", cluster.address, "--db", str(db), "--quiet"]
+
+
+def _evaluations(db: Path) -> list[tuple[int, str, dict]]:
+    """(candidate id, outcome, details) of every stored evaluation, candidates without one as (id, None, {})."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT c.id, e.outcome, e.details FROM candidates c "
+                            "LEFT JOIN evaluations e ON e.candidate_id = c.id ORDER BY c.id").fetchall()
+    return [(cid, outcome, json.loads(details or "{}")) for cid, outcome, details in rows]
+
+
+@pytest.mark.slow
+def test_compiles_run_on_both_nodes_and_evaluations_only_where_the_gpu_resource_is(cluster, tmp_path):
+    db = tmp_path / "results.db"
+    done = _kgen(_search_args(cluster, db, 4), cluster.env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    evaluations = _evaluations(db)
+    assert len(evaluations) == 4 and {outcome for _, outcome, _ in evaluations} == {"correct"}, evaluations
+    compile_nodes = {d["nodes"]["compile"]["node_id"] for _, _, d in evaluations}
+    evaluation_nodes = {d["nodes"]["evaluation"]["node_id"] for _, _, d in evaluations}
+    assert {cluster.head.node_id, cluster.gpu_node.node_id} <= compile_nodes
+    assert evaluation_nodes == {cluster.gpu_node.node_id}
+
+
+@pytest.mark.slow
+def test_a_node_killed_mid_run_loses_nothing_and_its_candidates_are_requeued(cluster, tmp_path):
+    doomed = cluster.add_node("doomed", 1, {EVALUATOR_RESOURCE: 1})  # a second evaluator, on its own node
+    db = tmp_path / "results.db"
+    proc = subprocess.Popen([sys.executable, "-m", "kgen", *_search_args(cluster, db, 6)], env=cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 400
+    while True:  # until the doomed node has finished one candidate and taken the next
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the search ended, or took too long, before the doomed node evaluated anything:\n"
+                                 f"{proc.communicate()[0]}")
+        try:
+            evaluations = _evaluations(db) if db.exists() else []
+        except sqlite3.OperationalError:  # the tables are not there yet
+            evaluations = []
+        by_doomed = [cid for cid, _, d in evaluations if d.get("nodes", {}).get("evaluation", {}).get("node_id")
+                     == doomed.node_id]
+        if by_doomed:
+            break
+        time.sleep(0.2)
+    unfinished = sum(outcome is None for _, outcome, _ in evaluations)
+    # at most one of them is on the other evaluator, so the doomed one, free again, has taken another
+    assert unfinished >= 2, f"the doomed node finished its first candidate too late to test anything: {evaluations}"
+    doomed.kill()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+
+    evaluations = _evaluations(db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM runs").fetchall() == [("finished",)]
+        per_candidate = conn.execute("SELECT c.id, COUNT(e.id) FROM candidates c LEFT JOIN evaluations e "
+                                     "ON e.candidate_id = c.id GROUP BY c.id").fetchall()
+    assert len(per_candidate) == 6 and {n for _, n in per_candidate} == {1}  # none lost, none stored twice
+    assert {outcome for _, outcome, _ in evaluations} == {"correct"}, evaluations
+    requeued = {cid: d["requeued"] for cid, _, d in evaluations if "requeued" in d}
+    from_doomed = [cid for cid, attempts in requeued.items()
+                   if any(a["node"] == doomed.node_id and a["stage"] == "evaluation" for a in attempts)]
+    assert from_doomed, f"nothing in flight on the killed node was re-queued: {requeued}\n{out}"
+    for cid, _, details in evaluations:
+        if cid in from_doomed:
+            assert details["nodes"]["evaluation"]["node_id"] == cluster.gpu_node.node_id
+    assert "re-queued" in out
+
+
+def _without(env: dict, *names: str, **changes: str) -> dict:
+    return {**{k: v for k, v in env.items() if k not in names}, **changes}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, message", [
+    ("no auth mode", "requires token authentication: set RAY_AUTH_MODE=token"),
+    ("wrong token", "rejected the auth token from"),
+    ("no token", "RAY_AUTH_MODE=token but this machine has no Ray auth token"),
+])
+def test_joining_without_the_clusters_token_is_one_line_and_exit_2(cluster, tmp_path, case, message):
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text(secrets.token_hex(32))
+    env = {"no auth mode": _without(cluster.env, "RAY_AUTH_MODE"),
+           "wrong token": _without(cluster.env, RAY_AUTH_TOKEN_PATH=str(wrong)),
+           "no token": _without(cluster.env, "RAY_AUTH_TOKEN_PATH", HOME=str(tmp_path))}[case]
+    db = tmp_path / "results.db"
+    done = _kgen(_search_args(cluster, db, 1), env, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
+    assert "ray get-auth-token" in done.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchall() == [(0,)]
