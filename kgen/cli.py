@@ -119,10 +119,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 @app.command(cls=KgenCommand, name="problems")
 def problems_cmd(
     problems: Optional[list[str]] = typer.Argument(None, metavar="[PROBLEM|FILE]...",
-                                                   help="Bundled problem names or KernelBench-format files "
-                                                        "(default: every bundled problem)."),
-    size: Optional[str] = typer.Option(None, "--size", metavar="full|small",
-                                       help="Show one size (default: both, full and small)."),
+                                                   show_default="every bundled problem",
+                                                   help="Bundled problem names or KernelBench-format files."),
+    size: Optional[str] = typer.Option(None, "--size", metavar="full|small", show_default="both",
+                                       help="Show one size only."),
 ) -> None:
     """Show problems before a search: input and output shapes, FLOPs, bytes moved and floor time on this
     GPU, at the full and small sizes, and which constants the small size sets."""
@@ -142,8 +142,8 @@ def problems_cmd(
         print(line)
     if ceilings is not None and figures:
         console.print(f"{ceilings.device}: {ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
-                      f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} TF32, "
-                      f"{ceilings.half_flops_per_s / 1e12:.0f} fp16/bf16 (measured); fp32 floors allow 3xTF32 "
+                      f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} "
+                      f"TF32, {ceilings.half_flops_per_s / 1e12:.0f} fp16/bf16 (measured); fp32 floors allow 3xTF32 "
                       "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic", highlight=False, soft_wrap=True)
     for message in failures:
         print(f"kgen: error: {message}", file=sys.stderr)
@@ -171,7 +171,7 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
                           + ([f"{f.sized_by}: {', '.join(f.changes)}"] if f.changes else [])) for f in figures]
     cells = [(f.size, f.dtype, fmt.si(f.flops), fmt.si(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
     header = ("size", "dtype", "FLOPs", "bytes", "floor")
-    widths = [max(len(row[i]) for row in cells + [header]) for i in range(len(header))]
+    widths = [max(len(row[i]) for row in [*cells, header]) for i in range(len(header))]
     lead = 2 + widths[0] + 2 + widths[1] + 2  # where the shapes start
     tail = 2 + widths[2] + 2 + widths[3] + 2 + widths[4]
     shapes_width = max(20, width - lead - tail)
