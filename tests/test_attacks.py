@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from attack_expectations import EXPECTED, EXTRA, GPU_EXPECTED, HANGS
+from attack_expectations import EXPECTED, EXTRA, GPU_EXPECTED, HANGS, XFAIL
 
 from conftest import REPO
 
@@ -34,8 +34,6 @@ SECRETS = {
 TIMEOUT_S = 60
 HANG_TIMEOUT_S = 15
 MARKER = "kgen-attack-marker"
-# xfail(strict) for holes too big to close here: name -> reason (see the report in the commit log)
-XFAIL: dict[str, str] = {}
 
 
 def _timeout(name: str) -> int:
@@ -68,7 +66,8 @@ def _venv_files() -> list[Path]:
     import torch
     import triton
     site = Path(torch.__file__).parent.parent
-    return [Path(torch.__file__), Path(triton.__file__), *sorted(site.glob("*.pth")), *sorted(site.glob("*customize.py"))]
+    return [Path(torch.__file__), Path(triton.__file__), *sorted(site.glob("*.pth")),
+            *sorted(site.glob("*customize.py"))]
 
 
 def _marker_dirs(home: Path) -> list[Path]:
