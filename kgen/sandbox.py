@@ -221,7 +221,13 @@ def _bind_args(spec: SandboxSpec) -> list[str]:
 def bwrap_command(argv: list[str], spec: SandboxSpec, seccomp_fd: Optional[int], workdir: str) -> list[str]:
     """The full bubblewrap command line that runs `argv` under `spec`."""
     seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
-    return [bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+    # --as-pid-1: the sandboxed program is PID 1 of its namespace, with no bubblewrap reaper beside it. A
+    # reaper runs as the same uid, so the candidate could open /proc/1/mem read-write and run code in a
+    # process that never loads the runner's no-new-processes seccomp filter (issue 13, attack
+    # c3_ptrace_procmem). As PID 1 it still dies with its parent (--die-with-parent's SIGKILL comes from
+    # the parent namespace) and with the namespace.
+    return [bwrap_path(), "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--hostname", "kgen-sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", *seccomp,
             "--size", str(TMPFS_BYTES), "--tmpfs", workdir, "--dir", os.path.join(workdir, "home"),
             "--proc", "/proc", "--dev", "/dev",

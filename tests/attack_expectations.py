@@ -1,0 +1,137 @@
+"""What an honest judge must say about each adversarial candidate in tests/attacks/.
+
+EXPECTED maps an attack file's stem to the set of outcomes an honest judge may give it. An attack that
+does not do the work honestly with its own kernels never has "correct" in its set; an attack that does
+the work honestly while trying to escape, leak or vandalize may be "correct" (the escape was refused).
+Every attack additionally gets the global checks in tests/test_attacks.py: no canary secret anywhere in
+its stored result (message, details, logs), kgen's source tree, the venv's key files and the host paths
+unchanged, no marker file on the host, and the judge back within its timeout plus a margin.
+
+EXTRA names per-attack checks on top of those (see test_attacks.py):
+  "no_escape_marker": the message must not contain "ESCAPED" (the attack raises it when a step of its
+                      escape worked) nor "NO_MEMORY_LIMIT"
+  "json_small":       the stored result is JSON-safe, under 100 kB and holds no raw ESC/NUL byte
+  "no_stray":         no "kgen_attack_bomb" process alive afterwards
+  "prompt":           returned within HANG_TIMEOUT_S plus a small margin (hang attacks run with that timeout)
+"""
+
+# not correct: the attack does not honestly do the work with its own kernels
+DISHONEST = frozenset({"static_reject", "incorrect", "runtime_error", "timeout"})
+# the work is honest; whatever else it tried must have been refused (it may die trying)
+HONEST_ESCAPE = frozenset({"correct", "runtime_error"})
+
+EXPECTED: dict[str, frozenset] = {
+    # 1. shared interpreter with the judge
+    "c1_getframe_reference": DISHONEST,
+    "c1_raise_verdict": DISHONEST,
+    "c1_forge_signed": DISHONEST,
+    "c1_patch_comparisons": DISHONEST,
+    "c1_leftover_mode": DISHONEST,
+    "c1_patch_runner_report": DISHONEST,
+    # 2. the op trace opt-out / partial (each beats the ablation with a probe kernel, so the trace must hold)
+    "c2_grid_callable": DISHONEST,
+    "c2_disable_modes": DISHONEST,
+    "c2_redispatch": DISHONEST,
+    "c2_start_new_thread": DISHONEST,
+    "c2_fork_child": DISHONEST,
+    "c2_numpy": DISHONEST,
+    "c2_pure_python": DISHONEST,
+    "c2_first_call_only": DISHONEST,
+    "c2_import_time_launch": DISHONEST,
+    "c2_decomposition_token": DISHONEST,
+    "c2_pop_mode_stacks": DISHONEST,
+    "c2_autograd_grad": DISHONEST,
+    "c2_sdpa_disguise": DISHONEST,
+    "c2_probe_plain_torch": DISHONEST,
+    "c2_ablation_by_name": DISHONEST,
+    "c2_clear_trace_work": DISHONEST,
+    # 3. sandbox undone from inside (honest work; the escape must fail)
+    "c3_umount_proc": HONEST_ESCAPE,
+    "c3_setns_network": HONEST_ESCAPE,
+    "c3_ptrace_procmem": HONEST_ESCAPE,
+    "c3_remount_chroot": HONEST_ESCAPE,
+    "c3_signals": frozenset({"runtime_error", "timeout"}),  # it kills (or stops) itself at the end
+    # 4. secrets (the canary checks are the point; the outcome is whatever it earned)
+    "c4_environ_dump": frozenset({"runtime_error"}),
+    "c4_proc_scan": HONEST_ESCAPE,
+    "c4_files": HONEST_ESCAPE,
+    "c4_secret_in_output": frozenset({"incorrect"}),
+    # 5. the parent's handling of the child's logs
+    "c5_stdout_symlink": HONEST_ESCAPE,
+    "c5_fifo_logs": HONEST_ESCAPE | {"timeout"},  # its FIFO over /tmp/kgen_candidate.py blocks its own runner
+    "c5_log_forgery": frozenset({"incorrect"}),
+    "c5_control_bytes": HONEST_ESCAPE,
+    "c5_stdio_swap": HONEST_ESCAPE,
+    # 7. filesystem isolation (honest work; every write outside its tmpfs must fail)
+    "c7_write_kgen_source": HONEST_ESCAPE,
+    "c7_write_venv": HONEST_ESCAPE,
+    "c7_write_caches": HONEST_ESCAPE,
+    "c7_write_results_db": HONEST_ESCAPE,
+    "c7_write_host_paths": HONEST_ESCAPE,
+    # others: channel, resources, deferred work, the shared arena
+    "x_channel_forge": DISHONEST,
+    "x_close_channel": HONEST_ESCAPE,
+    "x_fd_exhaust": HONEST_ESCAPE,
+    "x_fork_bomb": HONEST_ESCAPE | {"static_reject"},  # the runner refuses os.fork from the candidate's file
+    "x_sleep_ignore_signals": frozenset({"timeout"}),
+    "x_memory_hog": frozenset({"runtime_error"}),
+    "x_pickle_output": frozenset({"runtime_error", "incorrect", "static_reject"}),
+    "x_settrace_deferred": DISHONEST,
+    "x_audit_hook": DISHONEST,
+    "x_torch_function_subclass": DISHONEST,
+    "x_arena_scribble": frozenset({"correct", "incorrect", "runtime_error"}),  # never harness_error or a hang
+}
+
+# class 6 needs a GPU (the judge's timed runs): run only under @pytest.mark.gpu
+GPU_EXPECTED: dict[str, frozenset] = {
+    "c6_address_cache": frozenset({"incorrect", "suspicious"}),
+    "c6_stale_every_other": frozenset({"incorrect", "suspicious"}),
+    "c6_gpu_detect_audit": frozenset({"static_reject", "incorrect", "suspicious"}),
+}
+
+EXTRA: dict[str, set[str]] = {
+    "c3_umount_proc": {"no_escape_marker"},
+    "c3_setns_network": {"no_escape_marker"},
+    "c3_ptrace_procmem": {"no_escape_marker"},
+    "c3_remount_chroot": {"no_escape_marker"},
+    "c3_signals": {"no_escape_marker"},
+    "x_memory_hog": {"no_escape_marker"},
+    "c5_control_bytes": {"json_small"},
+    "c5_stdout_symlink": {"json_small"},
+    "c4_environ_dump": {"json_small"},
+    "x_fork_bomb": {"no_stray"},
+    "x_sleep_ignore_signals": {"prompt"},
+    "c5_fifo_logs": {"prompt"},
+    "c5_stdio_swap": {"prompt"},
+}
+
+# attacks that should end quickly: evaluated with the short timeout
+HANGS = {"x_sleep_ignore_signals", "c3_signals", "c5_fifo_logs", "c5_stdio_swap"}
+
+# Holes still open (pytest.mark.xfail(strict=True) in test_attacks.py): name -> what gets through.
+_CPU_WHO_DID_THE_WORK = (
+    "on the CPU nothing outside the candidate's process sees who did the work: the ablation run is told "
+    "apart from the real one by behaviour (a probe kernel whose store vanishes when kernel bodies are emptied) "
+    "or by name (the ablated copy is module kgen_ablated, in the same runner, loaded first; an ablated copy "
+    "that fails is 'inconclusive' and skipped), and the op trace is a TorchDispatchMode in the candidate's own "
+    "interpreter, so work hidden from it ({how}) is never seen")
+XFAIL: dict[str, str] = {
+    "c1_leftover_mode": _CPU_WHO_DID_THE_WORK.format(how="a TorchFunctionMode left pushed fills the output when "
+                                                          "the runner copies it out, after the traced call"),
+    "c1_patch_runner_report": _CPU_WHO_DID_THE_WORK.format(how="it rewrites the runner's Channel.send so every "
+                                                                "report says work={}"),
+    "c2_disable_modes": _CPU_WHO_DID_THE_WORK.format(how="torch.utils._python_dispatch._disable_current_modes()"),
+    "c2_pop_mode_stacks": _CPU_WHO_DID_THE_WORK.format(how="the mode stacks popped and pushed back"),
+    "c2_redispatch": _CPU_WHO_DID_THE_WORK.format(how="aten._softmax.redispatch with a CPU-only key set"),
+    "c2_numpy": _CPU_WHO_DID_THE_WORK.format(how="numpy"),
+    "c2_pure_python": _CPU_WHO_DID_THE_WORK.format(how="plain Python floats"),
+    "c2_ablation_by_name": _CPU_WHO_DID_THE_WORK.format(how="_disable_current_modes(), ablation skipped by "
+                                                             "failing on __name__ == 'kgen_ablated'"),
+    "c2_clear_trace_work": _CPU_WHO_DID_THE_WORK.format(how="the active OpTrace's work dict cleared"),
+    # GPU (by reading the runner; not run here): the kernel audit (torch.profiler) and the op trace both run in
+    # the candidate's process and only around verification calls; the timed runs are watched by neither
+    "c6_gpu_detect_audit": "GPU: the candidate can tell watched calls (a dispatch mode on the stack, or "
+                           "torch.autograd.profiler._is_profiler_enabled) from timed ones and run torch.softmax "
+                           "only in the latter; the randomly checked timed outputs are correct, so nothing "
+                           "sees torch doing the work",
+}

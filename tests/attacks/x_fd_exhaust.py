@@ -1,0 +1,38 @@
+"""Resources: opens /dev/null until EMFILE and keeps every descriptor, then returns an honest softmax.
+An honest judge: `correct` or `runtime_error`, never `harness_error`, never a hang."""
+import os
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_rows(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=float("-inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n_cols + cols, e / tl.sum(e, axis=0), mask=mask)
+
+
+def triton_softmax(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    softmax_rows[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+
+HOARD = []
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = triton_softmax(x)
+        try:
+            while True:
+                HOARD.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        return y
