@@ -68,6 +68,7 @@ MAX_RUNS = 10_000
 MAX_TIMED_S = 2.5  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
 CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
+WATCHED_SHARE, WATCHED_SLACK_MS = 0.7, 0.05  # timed median this far below the profiled forward's kernels: suspicious
 NULL_RUN_EVERY = 3  # during timing, one do-nothing run on the reference runner per this many candidate runs
 MIN_INTERLEAVED_NULL_RUNS = 10
 TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and use less than half the GPU time
@@ -710,8 +711,10 @@ class Judge:
                                                      f"reference's work ({reference_ops}); "
                                                      "its own kernels are not what computes the result")
 
-    def audit_gpu_kernels(self, slot: RunnerSlot) -> None:
-        """The device kernels one forward ran (CUPTI): most of the GPU time must be the candidate's own."""
+    def audit_gpu_kernels(self, slot: RunnerSlot, runtime_ms: Optional[float] = None) -> None:
+        """The device kernels one forward ran (CUPTI): most of the GPU time must be the candidate's own,
+        and the timed runs may not take much less GPU time than this watched forward did (a candidate
+        that notices the profiler and runs other code when unwatched)."""
         slot.channel.send({"type": "profile"})
         report = self.receive(slot, "the kernel audit", ("profile",))
         kernels = report.get("kernels")
@@ -720,6 +723,7 @@ class Judge:
             return
         own_names = set(self.evidence.details.get("kernels", [])) | _cuda_kernel_names(self.source)
         rows, own_us, other_us = [], 0.0, 0.0
+        watched_ms = sum(_number(k.get("us")) for k in kernels[:50]) / 1e3
         for k in kernels[:50]:
             name, us = _text(k.get("name"), 300), _number(k.get("us"))
             whose = "own" if any(n and n in name for n in own_names) else (
@@ -732,6 +736,10 @@ class Judge:
             others = ", ".join(r["name"][:60] for r in rows if r["whose"] == "other")[:500]
             raise Verdict(Outcome.STATIC_REJECT, f"{other_us / (own_us + other_us):.0%} of its GPU kernel time was in "
                                                  f"kernels that are not its own ({others})")
+        if runtime_ms is not None and runtime_ms < WATCHED_SHARE * watched_ms - WATCHED_SLACK_MS:
+            raise Verdict(Outcome.SUSPICIOUS, f"its timed runs took {runtime_ms:.4g} ms, but the forward the judge "
+                                              f"profiled ran {watched_ms:.4g} ms of GPU kernels: it does less work "
+                                              "when it is not watched", runtime_ms=runtime_ms)
 
     # -- timing --------------------------------------------------------------------------------------
 
@@ -853,7 +861,7 @@ class Judge:
                 watch.reference = self.reference_runner_end(reference)
                 timing = self.timing(slot, watch)
                 self.phase("timing_s")
-                self.audit_gpu_kernels(slot)
+                self.audit_gpu_kernels(slot, timing["median_ms"] if timing else None)
                 details["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                                    "cudnn": torch.backends.cudnn.allow_tf32}
             result = dict(outcome=Outcome.CORRECT.value, message="", runtime_ms=timing["median_ms"] if timing else None,
