@@ -434,7 +434,8 @@ class Judge:
         return env
 
     def build_dir(self) -> Path:
-        arch = self.settings.cuda_arch if self.gpu or torch.version.cuda else None
+        # a CUDA source's builds depend on the target arch even where nothing runs (nvcc checks it for one)
+        arch = self.settings.cuda_arch if self.gpu or torch.version.cuda or self.language == "cuda" else None
         return builds_root() / build_key(self.source, arch)
 
     def compile_step(self, job: RunnerJob, ablated: Optional[str]) -> Path:

@@ -41,7 +41,8 @@ from typing import Any, Optional
 
 import torch
 
-DEFAULT_ARCH = "9.0"  # the GPU kgen's published results target (H100) when no GPU is visible
+from kgen.harness.cuda_arch import arch_note, gencode_flags, newer_arch_message, sm_name, strip_arch_flags, target_arch
+
 NVCC_TIMEOUT_S = 600
 TRIMMED_MAX_LINES = 40
 BUILT_STAMP = ".kgen-built"  # written after a build's load_inline returned: the .so beside it is complete
@@ -68,18 +69,6 @@ def cache_root() -> Path:
     from kgen.resources import cache_dir
 
     return cache_dir() / "cuda_build"
-
-
-def target_arch() -> str:
-    """The compute capability builds target: KGEN_CUDA_ARCH, else the visible GPU's, else
-    TORCH_CUDA_ARCH_LIST's last entry, else H100's."""
-    if os.environ.get("KGEN_CUDA_ARCH"):
-        return os.environ["KGEN_CUDA_ARCH"]
-    if torch.version.cuda and torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return f"{major}.{minor}"
-    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
-    return listed[-1].replace("+PTX", "") if listed else DEFAULT_ARCH
 
 
 def nvcc_path() -> Optional[str]:
@@ -115,7 +104,7 @@ def trim_compiler_output(text: str, context: int = 2, max_lines: int = TRIMMED_M
                 keep.append(j)
     out = [lines[j] for j in sorted(keep)]
     if len(out) > max_lines:
-        out = out[:max_lines] + [f"[... {len(out) - max_lines} more lines ...]"]
+        out = [*out[:max_lines], f"[... {len(out) - max_lines} more lines ...]"]
     return "\n".join(out)
 
 
@@ -219,7 +208,6 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
     from torch.utils.cpp_extension import include_paths as torch_include_paths
 
     includes = [f"-I{p}" for p in [*torch_include_paths(), sysconfig.get_paths()["include"], *include_paths]]
-    sm = arch.replace(".", "")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     std = _cxx_standard()
     jobs = []
@@ -227,10 +215,8 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         cu = build_dir / "cuda.cu"
         headers = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" if implicit_headers else ""
         cu.write_text(headers + "\n".join(cuda_sources))
-        arch_flags = [] if any(f.startswith(("-gencode", "--gpu-architecture", "-arch")) for f in cuda_cflags) \
-            else [f"-arch=sm_{sm}"]
         jobs.append([nvcc, "-c", str(cu), "-o", str(build_dir / "cuda.o"), f"-std={std}", "--expt-relaxed-constexpr",
-                     *arch_flags, *defines, *includes, *cuda_cflags])
+                     *defines, *includes, *cuda_cflags])
     if cpp_sources:
         bindings = ""
         if functions:
@@ -260,7 +246,8 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         trimmed = trim_compiler_output("\n".join(failures))
         error_stamp.write_text(trimmed)
         raise CudaBuildError(trimmed)
-    message = f"compiled with nvcc for sm_{sm}; not runnable here (torch has no CUDA): not run, not verified, not timed"
+    message = (f"compiled with nvcc for {sm_name(arch)}; not runnable here (torch has no CUDA): not run, not verified, "
+               "not timed")
     ok_stamp.write_text(message)
     raise CudaNotRunnable(message)
 
@@ -283,6 +270,42 @@ def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
     return bool(with_cuda) or bool(sources)
 
 
+def retarget(arguments: dict[str, Any], cuda: bool, arch: str, kgen_arch_list: Optional[str]) -> Optional[str]:
+    """Rewrite a load_inline/load call's arguments, in place, to build for `arch` and nothing else:
+    every architecture flag the candidate passed (extra_cuda_cflags, extra_cflags) removed, the others
+    kept, and the target's one gencode flag added to a CUDA build's flags (torch then adds none of its
+    own, whatever TORCH_CUDA_ARCH_LIST says). Returns the note for the evaluation record, or None when
+    the candidate pinned nothing; a TORCH_CUDA_ARCH_LIST that differs from kgen's (`kgen_arch_list`,
+    read before the candidate was imported) was set by the candidate and is named in the note."""
+    removed: list[str] = []
+    for option in ("extra_cuda_cflags", "extra_cflags"):
+        rewrite = strip_arch_flags(_as_list(arguments.get(option)))
+        removed += rewrite.removed
+        flags = rewrite.flags + (gencode_flags(arch) if option == "extra_cuda_cflags" and cuda else [])
+        if flags or arguments.get(option) is not None:
+            arguments[option] = flags
+    env_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    return arch_note(removed, env_list if env_list != kgen_arch_list else None, arch)
+
+
+@contextmanager
+def kgen_arch_env(kgen_arch_list: Optional[str]) -> Iterator[None]:
+    """TORCH_CUDA_ARCH_LIST as kgen set it, for the length of a build; the candidate's value after."""
+    theirs = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    _set_env("TORCH_CUDA_ARCH_LIST", kgen_arch_list)
+    try:
+        yield
+    finally:
+        _set_env("TORCH_CUDA_ARCH_LIST", theirs)
+
+
+def _set_env(name: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> tuple[Callable, Callable]:
     """Replacements for `load_inline` and `load` that build under keyed names and directories."""
     from torch.utils import cpp_extension
@@ -290,13 +313,17 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
     original_inline, original_load = cpp_extension.load_inline, cpp_extension.load
     inline_sig, load_sig = inspect.signature(original_inline), inspect.signature(original_load)
     arch = target_arch()
+    kgen_arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")  # before the candidate's import can change it
 
     def build(kind: str, bound: inspect.BoundArguments, spec: dict[str, Any], cpp: list[str], cuda: list[str],
-              run: Callable[[str, str], Any]) -> Any:
+              run: Callable[[str, str], Any], note: Optional[str]) -> Any:
         key = build_key(spec, arch)
         name = f"kgen_{key[:20]}"
         build_dir = cache_root() / key[:32]
         started = time.monotonic()
+        entry: dict[str, Any] = {"kind": kind, "key": key[:20], "arch": sm_name(arch)}
+        if note:
+            entry["note"] = note
         # the runner's build directories are read-only: it only loads, so it needs no lock
         with build_lock(build_dir) if allow_build else contextlib.nullcontext():
             try:
@@ -312,21 +339,23 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
                     raise CudaNotBuilt(f"the CUDA extension {kind}(...) was not built by the compile step "
                                        "(are its arguments different at run time?)")
                 if module is None:
-                    module = run(name, str(build_dir))
+                    with kgen_arch_env(kgen_arch_list):
+                        module = run(name, str(build_dir))
                     if torch.version.cuda:
                         (build_dir / BUILT_STAMP).write_text(name)
             except CudaNotRunnable as e:
                 log.not_runnable = str(e)
-                log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
+                log.builds.append(dict(entry, s=round(time.monotonic() - started, 2)))
                 raise
-            except CudaBuildError as e:
-                log.error = str(e)
+            except CudaNotBuilt:
                 raise
-            except Exception as e:  # torch raises RuntimeError with the ninja/compiler output in it
-                log.error = trim_compiler_output(str(e))
+            except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the compiler output in it
+                output = str(e)
+                trimmed = output if isinstance(e, CudaBuildError) else trim_compiler_output(output)
+                log.error = newer_arch_message(output, arch) or trimmed
+                log.builds.append(dict(entry, s=round(time.monotonic() - started, 2), failed=True))
                 raise CudaBuildError(log.error) from None
-        log.builds.append({"kind": kind, "key": key[:20], "arch": arch, "s": round(time.monotonic() - started, 2),
-                           "cached": cached})
+        log.builds.append(dict(entry, s=round(time.monotonic() - started, 2), cached=cached))
         return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
 
     from kgen.harness.trace import trust
@@ -338,12 +367,13 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
         bound.apply_defaults()
         a = bound.arguments
         cpp, cuda = _as_list(a.get("cpp_sources")), _as_list(a.get("cuda_sources"))
+        note = retarget(a, _cuda_in(cuda, a.get("with_cuda")), arch, kgen_arch_list)
         spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose")}
 
         def run(name: str, build_dir: str):
             return original_inline(**dict(a, name=name, build_directory=build_dir, verbose=False))
 
-        return build("load_inline", bound, spec, cpp, cuda, run)
+        return build("load_inline", bound, spec, cpp, cuda, run, note)
 
     def load(*args, **kwargs):
         bound = load_sig.bind(*args, **kwargs)
@@ -358,13 +388,14 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
                 raise CudaBuildError(f"cannot read source {f}: {e}") from None
         cuda = [t for f, t in texts.items() if f.endswith((".cu", ".cuh"))]
         cpp = [t for f, t in texts.items() if not f.endswith((".cu", ".cuh"))]
+        note = retarget(a, _cuda_in(cuda, a.get("with_cuda")), arch, kgen_arch_list)
         spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose", "sources")}
         spec["sources"] = sorted(texts.values())
 
         def run(name: str, build_dir: str):
             return original_load(**dict(a, name=name, build_directory=build_dir, verbose=False))
 
-        return build("load", bound, spec, cpp, cuda, run)
+        return build("load", bound, spec, cpp, cuda, run, note)
 
     return load_inline, load
 
