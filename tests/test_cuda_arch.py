@@ -134,12 +134,47 @@ def test_every_pinned_flag_form_compiles_for_kgens_target(results):
     result = results["pinned_flags"]
     assert result.outcome == "not_run", result.message  # compile_error if any pinned arch reached nvcc
     assert "sm_90a" in result.message
-    notes = [b.get("note", "") for b in result.details["cuda_builds"]]
-    assert len(notes) == 2  # load_inline and load
-    assert notes[0] == ("architecture flags -arch=sm_70 -arch=sm_70 -arch sm_80 -gencode arch=compute_70,code=sm_70 "
-                        "--gpu-architecture=sm_75 -code=sm_70 --generate-code arch=compute_80,code=[sm_80,compute_80] "
-                        "replaced by sm_90a; TORCH_CUDA_ARCH_LIST=7.0 ignored (built for sm_90a)")
-    assert notes[1].startswith("architecture flags --gpu-architecture compute_70 --gpu-code=sm_70 replaced by sm_90a")
+    [build] = result.details["cuda_builds"]
+    assert build["note"] == ("architecture flags -arch=sm_70 -arch sm_80 -gencode arch=compute_70,code=sm_70 "
+                             "--gpu-architecture=sm_75 -code=sm_70 "
+                             "--generate-code arch=compute_80,code=[sm_80,compute_80] -arch=sm_70 replaced by sm_90a; "
+                             "TORCH_CUDA_ARCH_LIST=7.0 ignored (built for sm_90a)")
+
+
+@needs_nvcc
+def test_load_from_files_is_retargeted_too(tmp_path, monkeypatch):
+    """torch's `load` (sources in files), through kgen's builder directly: real nvcc, for sm_80."""
+    from kgen.harness.cuda_build import BuildLog, CudaNotRunnable, keyed_builders
+
+    monkeypatch.setenv("KGEN_CUDA_ARCH", "8.0")
+    monkeypatch.setenv("KGEN_CUDA_BUILD_DIR", str(tmp_path / "builds"))
+    (tmp_path / "scale.cu").write_text(SCALE_CU)
+    (tmp_path / "scale.cpp").write_text(SCALE_CPP)
+    log = BuildLog()
+    _, load = keyed_builders(log, lambda name: None)
+    with pytest.raises(CudaNotRunnable, match="compiled with nvcc for sm_80"):
+        load(name="scale", sources=[str(tmp_path / "scale.cpp"), str(tmp_path / "scale.cu")],
+             extra_cuda_cflags=["-O3", "--gpu-architecture", "compute_70", "--gpu-code=sm_70"])
+    assert log.error is None
+    assert log.builds[0]["note"] == \
+        "architecture flags --gpu-architecture compute_70 --gpu-code=sm_70 replaced by sm_80"
+
+
+SCALE_CU = r"""
+#include <cuda_runtime.h>
+#include <stdint.h>
+__global__ void scale_kernel(float* y, float s, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] *= s;
+}
+void launch_scale(int64_t y, float s, int64_t n) { scale_kernel<<<(n + 255) / 256, 256>>>((float*)y, s, n); }
+"""
+SCALE_CPP = r"""
+#include <pybind11/pybind11.h>
+#include <stdint.h>
+void launch_scale(int64_t y, float s, int64_t n);
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch_scale", &launch_scale); }
+"""
 
 
 @needs_nvcc

@@ -1,16 +1,15 @@
 """A correct CUDA softmax that pins architectures the way LLM-written candidates do, every form at
 once: `-arch=sm_70`, `-arch sm_80`, `-gencode arch=...` (two words), `--gpu-architecture=`, `-code=`,
 `--generate-code ...` in one string, an arch flag among the C++ flags, and TORCH_CUDA_ARCH_LIST set at
-import; one extension through `load_inline`, one through `load`. CUDA 13's nvcc has no sm_70, so it
-compiles only because kgen replaces them all by the evaluating GPU's target. Light to compile: the
-CUDA sources include only cuda_runtime.h and the bindings are plain pybind11 (no_implicit_headers).
+import. CUDA 13's nvcc has no sm_70, so it compiles only because kgen replaces them all by the
+evaluating GPU's target. Light to compile: the CUDA source includes only cuda_runtime.h and the
+bindings are plain pybind11 (no_implicit_headers).
 """
 import os
-import tempfile
 
 import torch
 import torch.nn as nn
-from torch.utils.cpp_extension import load, load_inline
+from torch.utils.cpp_extension import load_inline
 
 os.environ["TORCH_CUDA_ARCH_LIST"] = "7.0"
 
@@ -57,38 +56,12 @@ void launch_softmax(int64_t x, int64_t y, int rows, int n_cols, int64_t stream);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch_softmax", &launch_softmax); }
 """
 
-SCALE_CU = r"""
-#include <cuda_runtime.h>
-#include <stdint.h>
-__global__ void scale_kernel(float* y, float s, int64_t n) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i < n) y[i] *= s;
-}
-void launch_scale(int64_t y, float s, int64_t n, int64_t stream) {
-    scale_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>((float*)y, s, n);
-}
-"""
-
-SCALE_CPP = r"""
-#include <pybind11/pybind11.h>
-#include <stdint.h>
-void launch_scale(int64_t y, float s, int64_t n, int64_t stream);
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch_scale", &launch_scale); }
-"""
-
 softmax_ext = load_inline(
     name="pinned_softmax", cpp_sources=CPP_SRC, cuda_sources=CUDA_SRC, no_implicit_headers=True,
     extra_cflags=["-O3", "-arch=sm_70"],
     extra_cuda_cflags=["-O3", "-arch=sm_70", "-arch sm_80", "-gencode", "arch=compute_70,code=sm_70",
                        "--gpu-architecture=sm_75", "-code=sm_70",
                        "--generate-code arch=compute_80,code=[sm_80,compute_80] -lineinfo"])
-
-_src_dir = tempfile.mkdtemp()
-for _name, _text in (("scale.cu", SCALE_CU), ("scale.cpp", SCALE_CPP)):
-    with open(os.path.join(_src_dir, _name), "w") as _f:
-        _f.write(_text)
-scale_ext = load(name="pinned_scale", sources=[os.path.join(_src_dir, "scale.cpp"), os.path.join(_src_dir, "scale.cu")],
-                 extra_cuda_cflags=["-O3", "--gpu-architecture", "compute_70", "--gpu-code=sm_70"])
 
 
 class ModelNew(nn.Module):
@@ -97,5 +70,4 @@ class ModelNew(nn.Module):
         y = torch.empty_like(x)
         stream = torch.cuda.current_stream(x.device).cuda_stream
         softmax_ext.launch_softmax(x.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], stream)
-        scale_ext.launch_scale(y.data_ptr(), 1.0, y.numel(), stream)
         return y
