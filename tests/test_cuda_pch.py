@@ -74,7 +74,7 @@ def test_the_pch_is_made_once_read_only_and_valid_for_its_flags(pch_home, tmp_pa
     assert made is not None
     gch = made / (PCH_HEADER + ".gch")
     assert gch.stat().st_mode & 0o222 == 0 and made.stat().st_mode & 0o222 == 0  # no write bit for anyone
-    assert ensure_torch_pch(("-O3",), with_cuda=False) == made  # found, not made again
+    assert ensure_torch_pch(("-O3",), with_cuda=False, root=made.parent) == made  # found, not made again
     assert gch.stat().st_mtime_ns == (made / (PCH_HEADER + ".gch")).stat().st_mtime_ns
     # GCC takes it for a TU with these flags (-Werror=invalid-pch: a rejected PCH is an error)
     tu = tmp_path / "tu.cpp"
@@ -107,11 +107,12 @@ def test_two_builds_of_a_binding_with_the_pch_give_working_extensions(pch_home, 
 
 
 @needs_gcc
-def test_a_candidate_cannot_write_the_pch(pch_home):
+def test_a_candidate_cannot_write_the_pch(pch_home, monkeypatch):
     from kgen.evaluate import evaluate_candidate
     from kgen.records import EvalSettings
 
-    _home, made = pch_home
+    home, made = pch_home
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(home / "cache"))  # the judge names this PCH root to the sandbox
     before = _tree_digest(made.parent)
     source = (CANDIDATES / "writes_the_pch.py").read_text()
     result = evaluate_candidate("softmax", source, EvalSettings(device="cpu", size="small", timeout_s=600))
