@@ -118,4 +118,6 @@ def test_a_candidate_cannot_write_the_pch(pch_home, monkeypatch):
     result = evaluate_candidate("softmax", source, EvalSettings(device="cpu", size="small", timeout_s=600))
     assert result.outcome in ("not_run", "compile_error"), result.message  # not "planted ..."
     assert "planted" not in result.message
-    assert _tree_digest(made.parent) == before
+    after = _tree_digest(made.parent)
+    assert {path: after.get(path) for path in before} == before  # every file as the judge made it
+    assert not [path for path in after if "planted" in path]

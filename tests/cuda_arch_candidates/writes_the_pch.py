@@ -1,5 +1,5 @@
 """A CUDA candidate that tries, at import in its compile step, to plant code for other candidates in
-kgen's precompiled torch/extension.h: overwrite every file under the PCH directory the judge names and
+kgen's precompiled torch header: overwrite every file under the PCH directory the judge names and
 add a directory of its own there. Each attempt must fail (the directory is read-only in its sandbox);
 if one succeeds it says so, and its evaluation is a runtime_error instead of not_run.
 """
