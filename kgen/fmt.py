@@ -69,6 +69,19 @@ def proposer(name: str, model: Optional[str]) -> str:
     return f"{name}/{model}" if model else name
 
 
+def build_notes(details: Optional[dict]) -> str:
+    """What kgen changed in an evaluation's CUDA builds (architecture flags it replaced), from its
+    details: the compile stage's builds and the evaluation's own, each note once."""
+    details = details or {}
+    stage = details.get("compile_stage") if isinstance(details.get("compile_stage"), dict) else {}
+    notes: list[str] = []
+    for build in [*(stage.get("builds") or []), *(details.get("cuda_builds") or [])]:
+        note = build.get("note") if isinstance(build, dict) else None
+        if isinstance(note, str) and note not in notes:
+            notes.append(note)
+    return "; ".join(notes) or MISSING
+
+
 def db_option(url: str) -> Optional[str]:
     """What `--db` must say for a later command to open the DB at `url`: None for the default DB
     (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL

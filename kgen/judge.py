@@ -429,13 +429,25 @@ class Judge:
     # -- builds --------------------------------------------------------------------------------------
 
     def build_env(self) -> dict[str, str]:
-        env = {}
+        from kgen.harness.cuda_build import pch_env
+
+        env = pch_env()
         if self.settings.cuda_arch:
             env["KGEN_CUDA_ARCH"] = env["TORCH_CUDA_ARCH_LIST"] = self.settings.cuda_arch
         return env
 
+    def prepare_pch(self) -> None:
+        """kgen's precompiled torch/extension.h for this CUDA source's flags, made here (trusted code),
+        before its compile step; its seconds are not charged to the candidate."""
+        if self.language == "cuda":
+            from kgen.harness.cuda_build import prepare_torch_pch
+
+            done = self.evidence.details["torch_pch"] = prepare_torch_pch(self.source)
+            self.deadline += done["s"]
+
     def build_dir(self) -> Path:
-        arch = self.settings.cuda_arch if self.gpu or torch.version.cuda else None
+        # a CUDA source's builds depend on the target arch even where nothing runs (nvcc checks it for one)
+        arch = self.settings.cuda_arch if self.gpu or torch.version.cuda or self.language == "cuda" else None
         return builds_root() / build_key(self.source, arch)
 
     def compile_step(self, job: RunnerJob, ablated: Optional[str]) -> Path:
@@ -447,6 +459,7 @@ class Judge:
         if (final / "complete").exists():
             self.evidence.details["compile_step"] = "cached"
             return final
+        self.prepare_pch()
         slot = self.take(str(self.device), "compile")
         staging = slot.staging
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX) / "cuda"
@@ -475,6 +488,7 @@ class Judge:
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX)
         if prebuilt.exists() or (final / "complete").exists():
             return "", "", []
+        self.prepare_pch()
         slot = self.take("cpu", "compile")
         staging = slot.staging
         compile_job = RunnerJob(**dict(asdict(job), mode="compile",

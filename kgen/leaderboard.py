@@ -394,6 +394,7 @@ def render_detail(detail: CandidateDetail, console) -> None:
         ("max abs err", lambda e: "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}"),
         ("tolerance", lambda e: f"rtol {fmt.tol(e.rtol)}, atol {fmt.tol(e.atol)}"),
         ("torch ops", lambda e: ", ".join(e.torch_ops or []) or "-"),
+        ("build", lambda e: fmt.build_notes(e.details)),
         ("versions", lambda e: ", ".join(f"{k} {v}" for k, v in (("torch", e.torch_version),
                                                                  ("triton", e.triton_version),
                                                                  ("CUDA", e.cuda_version)) if v) or "-"),

@@ -16,7 +16,6 @@ NOT_YET_CLEAN = {
     "benchmarks/emulate_advanced_starters.py",
     "benchmarks/gpu_check_advanced.py",
     "benchmarks/sweep.py",
-    "kgen/harness/cuda_build.py",
     "kgen/harness/trace.py",
     "kgen/history.py",
     "kgen/problems.py",

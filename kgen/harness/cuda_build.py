@@ -29,9 +29,11 @@ import inspect
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,7 +43,8 @@ from typing import Any, Optional
 
 import torch
 
-DEFAULT_ARCH = "9.0"  # the GPU kgen's published results target (H100) when no GPU is visible
+from kgen.harness.cuda_arch import arch_note, gencode_flags, newer_arch_message, sm_name, strip_arch_flags, target_arch
+
 NVCC_TIMEOUT_S = 600
 TRIMMED_MAX_LINES = 40
 BUILT_STAMP = ".kgen-built"  # written after a build's load_inline returned: the .so beside it is complete
@@ -68,18 +71,6 @@ def cache_root() -> Path:
     from kgen.resources import cache_dir
 
     return cache_dir() / "cuda_build"
-
-
-def target_arch() -> str:
-    """The compute capability builds target: KGEN_CUDA_ARCH, else the visible GPU's, else
-    TORCH_CUDA_ARCH_LIST's last entry, else H100's."""
-    if os.environ.get("KGEN_CUDA_ARCH"):
-        return os.environ["KGEN_CUDA_ARCH"]
-    if torch.version.cuda and torch.cuda.is_available():
-        major, minor = torch.cuda.get_device_capability()
-        return f"{major}.{minor}"
-    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ").split()
-    return listed[-1].replace("+PTX", "") if listed else DEFAULT_ARCH
 
 
 def nvcc_path() -> Optional[str]:
@@ -115,7 +106,7 @@ def trim_compiler_output(text: str, context: int = 2, max_lines: int = TRIMMED_M
                 keep.append(j)
     out = [lines[j] for j in sorted(keep)]
     if len(out) > max_lines:
-        out = out[:max_lines] + [f"[... {len(out) - max_lines} more lines ...]"]
+        out = [*out[:max_lines], f"[... {len(out) - max_lines} more lines ...]"]
     return "\n".join(out)
 
 
@@ -200,9 +191,178 @@ def _cxx_standard() -> str:
         return "c++17"
 
 
+# -- the precompiled torch/extension.h -------------------------------------------------------------------
+# A binding TU that includes torch/extension.h spends most of its compile parsing it. kgen precompiles
+# that header once per (torch, compiler, C++ flags) with GCC (a `.gch` that GCC picks up in place of the
+# header when the flags match, and ignores otherwise); the builder puts its directory first on the C++
+# include path of a build whose flags are the ones it was made with. The judge makes them, in its own
+# process, from torch's header and kgen's fixed flag sets only (`ensure_torch_pch`), never from a
+# candidate's flags (which could be any compiler option) and never in a candidate's process: a
+# candidate's sandbox sees them read-only (they sit under the judge's builds root), so none can plant
+# code for another. KGEN_TORCH_PCH=0 turns them off.
+
+PCH_HEADER = "torch/extension.h"
+PCH_FLAG_SETS = ((), ("-O3",), ("-O2",))  # the C++ flags LLM-written load_inline calls pass; one PCH each
+PCH_ROOT_ENV = "KGEN_TORCH_PCH_ROOT"  # where the judge keeps them; set in a build's environment by the judge
+PCH_BUILD_TIMEOUT_S = 900
+
+
+def pch_root() -> Path:
+    from kgen.resources import cache_dir
+
+    return cache_dir() / "builds" / "torch-pch"
+
+
+def cxx_compiler() -> str:
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    return get_cxx_compiler()
+
+
+def torch_cxx_flags(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> Optional[list[str]]:
+    """The flags torch's ninja build gives the C++ sources of an extension with these arguments (the
+    extension's name left out: it is the one macro that differs between builds); None when this
+    torch's build writer cannot be asked (a private function: its signature may change)."""
+    from torch.utils import cpp_extension
+
+    writer = getattr(cpp_extension, "_write_ninja_file_to_build_library", None)
+    if writer is None:
+        return None
+    with tempfile.TemporaryDirectory() as work:
+        sources = [os.path.join(work, "main.cpp"), *([os.path.join(work, "cuda.cu")] if with_cuda else [])]
+        arguments = dict(path=os.path.join(work, "build.ninja"), name="kgen_flags", sources=sources,
+                         extra_cflags=list(extra_cflags), extra_cuda_cflags=gencode_flags("9.0"), extra_sycl_cflags=[],
+                         extra_ldflags=[], extra_include_paths=list(extra_include_paths), with_cuda=with_cuda,
+                         with_sycl=False, is_standalone=False)
+        try:
+            parameters = inspect.signature(writer).parameters
+            writer(**{k: v for k, v in arguments.items() if k in parameters})
+            text = Path(arguments["path"]).read_text()
+        except Exception:  # noqa: BLE001 - any failure of a private torch function means: no PCH
+            return None
+    line = next((ln for ln in text.splitlines() if ln.startswith("cflags = ")), None)
+    if line is None:
+        return None
+    return [f for f in shlex.split(line.removeprefix("cflags = ")) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+
+
+def torch_pch_dir(flags: list[str], root: Optional[Path] = None) -> Path:
+    """Where the PCH for these compiler flags lives: keyed by torch's version, the compiler binary and
+    the flags (which hold the include paths)."""
+    compiler = shutil.which(cxx_compiler()) or cxx_compiler()
+    try:
+        stat = os.stat(compiler)
+        identity = [os.path.realpath(compiler), stat.st_size, int(stat.st_mtime)]
+    except OSError:
+        identity = [compiler]
+    payload = json.dumps({"torch": torch.__version__, "compiler": identity, "flags": flags}, sort_keys=True)
+    return (root or pch_root()) / hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def ensure_torch_pch(extra_cflags: tuple[str, ...], with_cuda: bool, root: Optional[Path] = None) -> Optional[Path]:
+    """Trusted side (the judge): the PCH of torch/extension.h for one of kgen's flag sets, built once
+    (a flock serializes builders; the directory appears complete or not at all). None when it cannot be
+    made (no GCC, torch's flags unknown, the compile failed): builds then parse the header as before."""
+    if tuple(extra_cflags) not in PCH_FLAG_SETS or os.environ.get("KGEN_TORCH_PCH") == "0":
+        return None
+    flags = torch_cxx_flags(list(extra_cflags), [], with_cuda)
+    if flags is None:
+        return None
+    final = torch_pch_dir(flags, root)
+    if (final / (PCH_HEADER + ".gch")).exists():
+        return final
+    header = next((Path(p) / PCH_HEADER for p in _torch_include_paths() if (Path(p) / PCH_HEADER).exists()), None)
+    if header is None:
+        return None
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / (PCH_HEADER + ".gch")).exists():
+            return final
+        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+        target = staging / (PCH_HEADER + ".gch")
+        target.parent.mkdir(parents=True)
+        try:
+            done = subprocess.run([cxx_compiler(), "-x", "c++-header", str(header), "-o", str(target), *flags],
+                                  capture_output=True, timeout=PCH_BUILD_TIMEOUT_S)
+            if done.returncode != 0 or not target.exists():
+                return None
+            for path in (target, target.parent, staging):  # read-only from now on, for everyone
+                path.chmod(0o444 if path.is_file() else 0o555)
+            os.rename(staging, final)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        finally:
+            if staging.exists():
+                for path in (target.parent, staging):
+                    with contextlib.suppress(OSError):
+                        path.chmod(0o755)
+                shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def pch_env() -> dict[str, str]:
+    """What the judge puts in a build's environment so the builder finds the PCHs (nothing when off)."""
+    return {} if os.environ.get("KGEN_TORCH_PCH") == "0" else {PCH_ROOT_ENV: str(pch_root())}
+
+
+def usable_torch_pch(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> Optional[Path]:
+    """Builder side (the candidate's sandbox): the judge's PCH made with exactly this build's C++ flags,
+    if there is one; never built here."""
+    root = os.environ.get(PCH_ROOT_ENV)
+    if not root or os.environ.get("KGEN_TORCH_PCH") == "0" or tuple(extra_cflags) not in PCH_FLAG_SETS:
+        return None
+    flags = torch_cxx_flags(extra_cflags, extra_include_paths, with_cuda)
+    if flags is None:
+        return None
+    found = torch_pch_dir(flags, Path(root))
+    return found if (found / (PCH_HEADER + ".gch")).is_file() else None
+
+
+def wanted_pch_flag_sets(source: str) -> list[tuple[str, ...]]:
+    """kgen's flag sets a candidate's load_inline/load calls name literally (its architecture flags left
+    out): the PCHs worth making before its compile step. Read from the source, never run."""
+    import ast
+
+    if PCH_HEADER not in source and "load_inline" not in source:
+        return []
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    wanted: list[tuple[str, ...]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if func not in ("load_inline", "load"):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        no_headers = keywords.get("no_implicit_headers")
+        if func == "load_inline" and isinstance(no_headers, ast.Constant) and no_headers.value and \
+                PCH_HEADER not in source:
+            continue
+        value = keywords.get("extra_cflags")
+        try:
+            flags = [] if value is None else ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            continue
+        if flags is None or (isinstance(flags, (list, tuple)) and all(isinstance(f, str) for f in flags)):
+            kept = tuple(strip_arch_flags(list(flags or [])).flags)
+            if kept in PCH_FLAG_SETS and kept not in wanted:
+                wanted.append(kept)
+    return wanted
+
+
+def _torch_include_paths() -> list[str]:
+    from torch.utils.cpp_extension import include_paths
+
+    return include_paths()
+
+
 def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources: list[str], functions: Any,
                 cflags: list[str], cuda_cflags: list[str], include_paths: list[str], arch: str,
-                implicit_headers: bool = True) -> None:
+                implicit_headers: bool = True, pch: Optional[Path] = None) -> None:
     """Compile without a CUDA torch: nvcc -c for the CUDA sources, c++ -fsyntax-only for the C++ ones
     (with the pybind bindings load_inline would add). Raises CudaBuildError or CudaNotRunnable; the
     verdict is cached as a file in build_dir."""
@@ -219,7 +379,6 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
     from torch.utils.cpp_extension import include_paths as torch_include_paths
 
     includes = [f"-I{p}" for p in [*torch_include_paths(), sysconfig.get_paths()["include"], *include_paths]]
-    sm = arch.replace(".", "")
     defines = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     std = _cxx_standard()
     jobs = []
@@ -227,10 +386,8 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         cu = build_dir / "cuda.cu"
         headers = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" if implicit_headers else ""
         cu.write_text(headers + "\n".join(cuda_sources))
-        arch_flags = [] if any(f.startswith(("-gencode", "--gpu-architecture", "-arch")) for f in cuda_cflags) \
-            else [f"-arch=sm_{sm}"]
         jobs.append([nvcc, "-c", str(cu), "-o", str(build_dir / "cuda.o"), f"-std={std}", "--expt-relaxed-constexpr",
-                     *arch_flags, *defines, *includes, *cuda_cflags])
+                     *defines, *includes, *cuda_cflags])
     if cpp_sources:
         bindings = ""
         if functions:
@@ -240,8 +397,12 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         cpp = build_dir / "main.cpp"
         cpp.write_text(("#include <torch/extension.h>\n" if implicit_headers else "") + "\n".join(cpp_sources)
                        + bindings)
-        cxx = shutil.which("c++") or shutil.which("g++")
-        if cxx:
+        torch_flags = torch_cxx_flags(cflags, include_paths, with_cuda=False)  # as torch's build would compile it
+        cxx = shutil.which(cxx_compiler()) or shutil.which("c++") or shutil.which("g++")
+        if cxx and torch_flags is not None:
+            jobs.append([cxx, "-fsyntax-only", str(cpp), f"-DTORCH_EXTENSION_NAME={name}", *torch_flags,
+                         *([f"-I{pch}"] if pch else [])])
+        elif cxx:
             jobs.append([cxx, "-fsyntax-only", f"-std={std}", str(cpp), *defines, *includes,
                          *[f for f in cflags if f.startswith(("-D", "-I", "-std"))]])
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=build_dir) for cmd in jobs]
@@ -260,7 +421,8 @@ def _nvcc_check(build_dir: Path, name: str, cpp_sources: list[str], cuda_sources
         trimmed = trim_compiler_output("\n".join(failures))
         error_stamp.write_text(trimmed)
         raise CudaBuildError(trimmed)
-    message = f"compiled with nvcc for sm_{sm}; not runnable here (torch has no CUDA): not run, not verified, not timed"
+    message = (f"compiled with nvcc for {sm_name(arch)}; not runnable here (torch has no CUDA): not run, not verified, "
+               "not timed")
     ok_stamp.write_text(message)
     raise CudaNotRunnable(message)
 
@@ -283,6 +445,42 @@ def _cuda_in(sources: list[str], with_cuda: Any) -> bool:
     return bool(with_cuda) or bool(sources)
 
 
+def retarget(arguments: dict[str, Any], cuda: bool, arch: str, kgen_arch_list: Optional[str]) -> Optional[str]:
+    """Rewrite a load_inline/load call's arguments, in place, to build for `arch` and nothing else:
+    every architecture flag the candidate passed (extra_cuda_cflags, extra_cflags) removed, the others
+    kept, and the target's one gencode flag added to a CUDA build's flags (torch then adds none of its
+    own, whatever TORCH_CUDA_ARCH_LIST says). Returns the note for the evaluation record, or None when
+    the candidate pinned nothing; a TORCH_CUDA_ARCH_LIST that differs from kgen's (`kgen_arch_list`,
+    read before the candidate was imported) was set by the candidate and is named in the note."""
+    removed: list[str] = []
+    for option in ("extra_cuda_cflags", "extra_cflags"):
+        rewrite = strip_arch_flags(_as_list(arguments.get(option)))
+        removed += rewrite.removed
+        flags = rewrite.flags + (gencode_flags(arch) if option == "extra_cuda_cflags" and cuda else [])
+        if flags or arguments.get(option) is not None:
+            arguments[option] = flags
+    env_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    return arch_note(removed, env_list if env_list != kgen_arch_list else None, arch)
+
+
+@contextmanager
+def kgen_arch_env(kgen_arch_list: Optional[str]) -> Iterator[None]:
+    """TORCH_CUDA_ARCH_LIST as kgen set it, for the length of a build; the candidate's value after."""
+    theirs = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    _set_env("TORCH_CUDA_ARCH_LIST", kgen_arch_list)
+    try:
+        yield
+    finally:
+        _set_env("TORCH_CUDA_ARCH_LIST", theirs)
+
+
+def _set_env(name: str, value: Optional[str]) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> tuple[Callable, Callable]:
     """Replacements for `load_inline` and `load` that build under keyed names and directories."""
     from torch.utils import cpp_extension
@@ -290,43 +488,54 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
     original_inline, original_load = cpp_extension.load_inline, cpp_extension.load
     inline_sig, load_sig = inspect.signature(original_inline), inspect.signature(original_load)
     arch = target_arch()
+    kgen_arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")  # before the candidate's import can change it
 
     def build(kind: str, bound: inspect.BoundArguments, spec: dict[str, Any], cpp: list[str], cuda: list[str],
-              run: Callable[[str, str], Any]) -> Any:
+              run: Callable[[str, str, list[str]], Any], note: Optional[str]) -> Any:
         key = build_key(spec, arch)
         name = f"kgen_{key[:20]}"
         build_dir = cache_root() / key[:32]
         started = time.monotonic()
+        entry: dict[str, Any] = {"kind": kind, "key": key[:20], "arch": sm_name(arch)}
+        if note:
+            entry["note"] = note
         # the runner's build directories are read-only: it only loads, so it needs no lock
+        a = bound.arguments
+        cflags, include_paths = _as_list(a.get("extra_cflags")), _as_list(a.get("extra_include_paths"))
+        with_cuda = _cuda_in(cuda, a.get("with_cuda"))
+        pch = usable_torch_pch(cflags, include_paths, with_cuda and torch.version.cuda is not None) \
+            if cpp and allow_build else None
+        if pch is not None:
+            entry["pch"] = True
         with build_lock(build_dir) if allow_build else contextlib.nullcontext():
             try:
-                if torch.version.cuda is None and _cuda_in(cuda, bound.arguments.get("with_cuda")):
-                    _nvcc_check(build_dir, name, cpp, cuda, bound.arguments.get("functions"),
-                                _as_list(bound.arguments.get("extra_cflags")),
-                                _as_list(bound.arguments.get("extra_cuda_cflags")),
-                                _as_list(bound.arguments.get("extra_include_paths")), arch,
-                                kind == "load_inline" and not bound.arguments.get("no_implicit_headers", False))
+                if torch.version.cuda is None and with_cuda:
+                    _nvcc_check(build_dir, name, cpp, cuda, a.get("functions"), cflags,
+                                _as_list(a.get("extra_cuda_cflags")), include_paths, arch,
+                                kind == "load_inline" and not a.get("no_implicit_headers", False), pch)
                 module = _load_built(build_dir, name, bound) if torch.version.cuda else None
                 cached = module is not None
                 if module is None and not allow_build:
                     raise CudaNotBuilt(f"the CUDA extension {kind}(...) was not built by the compile step "
                                        "(are its arguments different at run time?)")
                 if module is None:
-                    module = run(name, str(build_dir))
+                    with kgen_arch_env(kgen_arch_list):
+                        module = run(name, str(build_dir), [f"-I{pch}"] if pch else [])
                     if torch.version.cuda:
                         (build_dir / BUILT_STAMP).write_text(name)
             except CudaNotRunnable as e:
                 log.not_runnable = str(e)
-                log.builds.append({"kind": kind, "key": key[:20], "s": round(time.monotonic() - started, 2)})
+                log.builds.append(dict(entry, s=round(time.monotonic() - started, 2)))
                 raise
-            except CudaBuildError as e:
-                log.error = str(e)
+            except CudaNotBuilt:
                 raise
-            except Exception as e:  # torch raises RuntimeError with the ninja/compiler output in it
-                log.error = trim_compiler_output(str(e))
+            except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the compiler output in it
+                output = str(e)
+                trimmed = output if isinstance(e, CudaBuildError) else trim_compiler_output(output)
+                log.error = newer_arch_message(output, arch) or trimmed
+                log.builds.append(dict(entry, s=round(time.monotonic() - started, 2), failed=True))
                 raise CudaBuildError(log.error) from None
-        log.builds.append({"kind": kind, "key": key[:20], "arch": arch, "s": round(time.monotonic() - started, 2),
-                           "cached": cached})
+        log.builds.append(dict(entry, s=round(time.monotonic() - started, 2), cached=cached))
         return ExtensionProxy(module, count) if bound.arguments.get("is_python_module", True) else module
 
     from kgen.harness.trace import trust
@@ -338,12 +547,14 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
         bound.apply_defaults()
         a = bound.arguments
         cpp, cuda = _as_list(a.get("cpp_sources")), _as_list(a.get("cuda_sources"))
+        note = retarget(a, _cuda_in(cuda, a.get("with_cuda")), arch, kgen_arch_list)
         spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose")}
 
-        def run(name: str, build_dir: str):
-            return original_inline(**dict(a, name=name, build_directory=build_dir, verbose=False))
+        def run(name: str, build_dir: str, more_cflags: list[str]):
+            cflags = [*_as_list(a.get("extra_cflags")), *more_cflags]
+            return original_inline(**dict(a, name=name, build_directory=build_dir, verbose=False, extra_cflags=cflags))
 
-        return build("load_inline", bound, spec, cpp, cuda, run)
+        return build("load_inline", bound, spec, cpp, cuda, run, note)
 
     def load(*args, **kwargs):
         bound = load_sig.bind(*args, **kwargs)
@@ -358,15 +569,25 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
                 raise CudaBuildError(f"cannot read source {f}: {e}") from None
         cuda = [t for f, t in texts.items() if f.endswith((".cu", ".cuh"))]
         cpp = [t for f, t in texts.items() if not f.endswith((".cu", ".cuh"))]
+        note = retarget(a, _cuda_in(cuda, a.get("with_cuda")), arch, kgen_arch_list)
         spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose", "sources")}
         spec["sources"] = sorted(texts.values())
 
-        def run(name: str, build_dir: str):
-            return original_load(**dict(a, name=name, build_directory=build_dir, verbose=False))
+        def run(name: str, build_dir: str, more_cflags: list[str]):
+            cflags = [*_as_list(a.get("extra_cflags")), *more_cflags]
+            return original_load(**dict(a, name=name, build_directory=build_dir, verbose=False, extra_cflags=cflags))
 
-        return build("load", bound, spec, cpp, cuda, run)
+        return build("load", bound, spec, cpp, cuda, run, note)
 
     return load_inline, load
+
+
+def prepare_torch_pch(source: str) -> dict[str, Any]:
+    """Judge side, before a CUDA source's compile step: make the PCHs its literal flags can use, and
+    say what was done (for the evaluation's details)."""
+    started = time.monotonic()
+    made = [ensure_torch_pch(flags, torch.version.cuda is not None) for flags in wanted_pch_flag_sets(source)]
+    return {"ready": sum(m is not None for m in made), "wanted": len(made), "s": round(time.monotonic() - started, 2)}
 
 
 def install(log: BuildLog, count: Callable[[str], None], allow_build: bool = True) -> None:
