@@ -73,6 +73,8 @@ def main() -> None:
                "samples": {k: r.details.get(k) for k in ("samples_ms", "judge_wall_ms", "null_run_ms")},
                "stderr_tail": (r.details.get("stderr_tail") or "")[-1500:]}
         rows.append(row)
+        with open(out / "judge_gpu.jsonl", "a") as f:  # each evaluation as it ends: a cut-off call keeps them
+            f.write(json.dumps(row, default=str) + "\n")
         print(json.dumps({k: row[k] for k in ("problem", "candidate", "outcome", "message", "runtime_ms", "eval_s",
                                               "phases", "ablation", "compile_step")}, default=str), flush=True)
         if row["stderr_tail"] and r.outcome not in ("correct",):

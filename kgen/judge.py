@@ -65,7 +65,7 @@ L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
 WARMUP_MAX_S = 2.0
 MAX_RUNS = 10_000
-MAX_TIMED_S = 2.5  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
+MAX_TIMED_S = 1.5  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
 CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
 WATCHED_SHARE, WATCHED_SLACK_MS = 0.7, 0.05  # timed median this far below the profiled forward's kernels: suspicious
@@ -460,13 +460,19 @@ class Judge:
             self.evidence.details["compile_step"] = "cached"
             return final
         self.prepare_pch()
-        slot = self.take(str(self.device), "compile")
-        staging = slot.staging
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX) / "cuda"
-        if prebuilt.is_dir():  # the CPU compile stage built its CUDA extensions already
-            shutil.copytree(prebuilt, staging / "cuda", symlinks=True, dirs_exist_ok=True)
-            slot.process.hand_over(staging / "cuda")
-        self._compile_in(slot, job, ablated)
+        while True:
+            slot = self.take(str(self.device), "compile")
+            staging = slot.staging
+            if prebuilt.is_dir():  # the CPU compile stage built its CUDA extensions already
+                shutil.copytree(prebuilt, staging / "cuda", symlinks=True, dirs_exist_ok=True)
+                slot.process.hand_over(staging / "cuda")
+            try:
+                self._compile_in(slot, job, ablated)
+                break
+            except _Restart:  # the ablated copy took the process down: the candidate compiles in a fresh one
+                ablated = None
+                self.ablated_crashed = True
         (staging / "complete").write_text("compiled by the compile step\n")
         try:
             os.rename(staging, final)
@@ -552,8 +558,11 @@ class Judge:
                     slot.channel.send({"type": "forward", "module": module, "stage": "the compile step's warm-up call"})
                     self.receive(slot, f"the compile step ({module})", ("output",))
                 except Verdict as v:
-                    if module == "candidate" and v.outcome in (Outcome.COMPILE_ERROR, Outcome.TIMEOUT, NOT_RUN):
+                    if module == "candidate" and (v.outcome in (Outcome.COMPILE_ERROR, Outcome.TIMEOUT, NOT_RUN)
+                                                  or not slot.process.alive()):
                         raise
+                    if not slot.process.alive():  # nothing more can be sent to a dead process
+                        raise _Restart() from None
                     # other failures of the warm-up call show again, with their context, in the runner
             slot.channel.send({"type": "bye"})
             self.receive(slot, "the compile step's end", ("bye",))
@@ -840,6 +849,7 @@ class Judge:
             self.phase("reference_s")
             self.deadline = time.monotonic() + self.settings.timeout_s  # the candidate's time starts now
             ablated = ablate_triton_kernels(self.source) if self.language != "cuda" else None
+            self.ablated_crashed = False
             if self.mode is SandboxMode.NONE:
                 job.seal = False
             if self.gpu or self.language == "cuda":
@@ -848,6 +858,9 @@ class Judge:
                 job.triton_caches = [str(build / "triton")]
                 job.env = dict(job.env, KGEN_CUDA_BUILD_DIR=str(build / "cuda"))
                 self.phase("compile_s")
+                if self.ablated_crashed:  # it would take the runner down too: spare the candidate's time
+                    ablated = None
+                    details["ablation"] = "inconclusive: the ablated copy took its process down in the compile step"
                 if self.language == "cuda" and not self.gpu:  # compiled, but nothing can run here
                     raise Verdict(NOT_RUN, _cuda_not_run_message(details))
             reference = None

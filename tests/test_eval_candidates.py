@@ -40,6 +40,7 @@ EXPECTED = {
     "sys_exit": "runtime_error",
     "os_exit": "runtime_error",
     "segfault": "runtime_error",
+    "cuda_segfault_at_import": "runtime_error",  # dies in the compile step (a CUDA source's, even here)
     "infinite_loop": "timeout",
     "spawns_process": "static_reject",
     "forks_children": "correct",  # its forks are refused by the sandbox; what it returns is honest

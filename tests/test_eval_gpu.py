@@ -21,7 +21,9 @@ GPU_EXPECTED = {
     "side_stream_plain": "static_reject",
     "side_stream_dodged": "static_reject",
     "cuda_illegal_address": "runtime_error",
-    "patches_timing": "suspicious",  # its events claim ~0 ms: below the judge's clock and the roofline floor
+    # the runner took Event and synchronize before the candidate was imported: its patch changes nothing,
+    # and its honest kernel is timed honestly (test_patched_timing_gains_nothing)
+    "patches_timing": "correct",
     "empty_like_leftover": "incorrect",
     "modifies_input": "incorrect",
     "torch_softmax_token": "static_reject",
@@ -30,6 +32,7 @@ GPU_EXPECTED = {
     "low_precision": "incorrect",
     "tensor_subclass": "incorrect",
     "segfault": "runtime_error",
+    "cuda_segfault_at_import": "runtime_error",
     "infinite_loop": "timeout",
     "forks_children": "correct",  # the sandbox refuses its forks; what it returns is honest
     "out_of_memory": "runtime_error",
@@ -72,10 +75,20 @@ def test_correct_candidates_are_timed_on_the_gpu(gpu_results):
         assert result.runtime_ms and result.runtime_ms > 0
         timing = result.details["timing"]
         assert timing["runs"] >= 20 and timing["checked_runs"] >= 1
-        assert abs(timing["unexplained_ms"]) < 0.1 * timing["median_ms"] + 0.1  # the judge's clock agrees
+        # the judge's clock agrees: nothing beyond the overhead of a runner that does nothing. Below zero
+        # is harmless (the null runner, idle between its interleaved runs, wakes more slowly: -0.14 ms seen)
+        assert -0.3 < timing["unexplained_ms"] < 0.1 * timing["median_ms"] + 0.1
         assert result.device != "cpu"
         kernels = result.details["gpu_kernels"]
         assert isinstance(kernels, list) and any(k["whose"] == "own" for k in kernels)
+
+
+def test_patched_timing_gains_nothing(gpu_results):
+    """patches_timing replaces torch.cuda.Event and synchronize with fakes that claim ~0 ms; the same
+    kernel unpatched (good_triton_softmax) takes its real time, and so must the patched one."""
+    honest = gpu_results["good_triton_softmax"].runtime_ms
+    patched = gpu_results["patches_timing"].runtime_ms
+    assert patched is not None and patched > 0.5 * honest, (patched, honest)
 
 
 def test_gpu_memory_is_shared_not_copied(gpu_results):
