@@ -7,6 +7,7 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import triton
@@ -32,7 +33,7 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
     torch.cuda.synchronize()
 with tempfile.NamedTemporaryFile(suffix=".json") as f:
     prof.export_chrome_trace(f.name)
-    trace = json.load(open(f.name))
+    trace = json.loads(Path(f.name).read_text())
 kernels = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
 out = {"profile_s": time.perf_counter() - started, "kernels": kernels,
        "triton": {k: getattr(compiled, k, None) for k in ("n_regs", "n_spills", "n_max_threads")},
@@ -41,4 +42,4 @@ out = {"profile_s": time.perf_counter() - started, "kernels": kernels,
 text = json.dumps(out, indent=1, default=str)
 print(text)
 if len(sys.argv) > 1:
-    open(sys.argv[1], "w").write(text)
+    Path(sys.argv[1]).write_text(text)
