@@ -24,6 +24,14 @@ def ms(value: Optional[float]) -> str:
     return f"{value:.4f}" if value < 0.1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"
 
 
+def ms_spread(value: Optional[float], spread: Optional[float]) -> str:
+    """A time and its spread at the time's precision: 0.963 ±0.004; the time alone without a spread."""
+    if value is None or spread is None:
+        return ms(value)
+    digits = 4 if value < 0.1 else 3 if value < 100 else 1
+    return f"{ms(value)} ±{spread:.{digits}f}"
+
+
 def speedup(value: Optional[float]) -> str:
     """A speedup: 1.62x."""
     return MISSING if value is None else f"{value:.2f}x"

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from kgen.db import Baseline, Candidate, Database
 from kgen.problems import Problem
+from kgen.promotion import candidate_spread, promotion_order, within_noise
 from kgen.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
 from kgen.store import (
     ScoredCandidate,
@@ -25,13 +26,15 @@ from kgen.store import (
 MESSAGE_HEAD_LINES = 20
 MESSAGE_TAIL_LINES = 12
 MESSAGE_MAX_CHARS = 2500
+MAX_PER_BUCKET = 2  # parents from any one bucket (language, kernel) while other buckets have some
 
 
 @dataclass
 class History:
     """What a proposer knows before a round. Times are None where nothing was timed (no GPU)."""
 
-    best: list[ScoredCandidate] = field(default_factory=list)  # fastest first, diverse
+    best: list[ScoredCandidate] = field(default_factory=list)  # the promoted best, then fastest first; diverse
+    ties: dict[int, int] = field(default_factory=dict)  # id in best -> best[0]'s id, where within timing noise
     failures: list[ScoredCandidate] = field(default_factory=list)  # newest first, messages trimmed, all with source
     ideas_that_worked: list[str] = field(default_factory=list)
     tried_hashes: set[str] = field(default_factory=set)  # store.normalized_source_hash of every proposed source
@@ -68,27 +71,36 @@ def kernel_shape(source: str) -> str:
     return normalized_source_hash(re.sub(r"\b\d+\b", "0", source))
 
 
+def parent_bucket(c: ScoredCandidate) -> tuple[str, str]:
+    """The idea a candidate belongs to, for spreading parents: its language and its kernel numbers
+    aside (kernel_shape), so every retuning of one kernel shares a bucket."""
+    return c.language, kernel_shape(c.source)
+
+
 def pick_diverse(ranked: list[ScoredCandidate], k: int) -> list[ScoredCandidate]:
-    """Up to k of `ranked` (fastest first): the fastest, the fastest of each other language, the
-    fastest of each other kernel (not a retuning of one already picked), then the next fastest."""
+    """Up to k of `ranked` (best first) as the next round's parents. Candidates are bucketed by
+    parent_bucket; the buckets take turns in the order of their best candidate, each giving its
+    next best, until every bucket has given MAX_PER_BUCKET or run out. Only then are the slots left
+    filled from the best of the rest, whatever their bucket. Returned best first."""
+    buckets: dict[tuple[str, str], list[ScoredCandidate]] = {}
+    for c in ranked:
+        buckets.setdefault(parent_bucket(c), []).append(c)
     picked: list[ScoredCandidate] = []
-
-    def take(c: ScoredCandidate) -> None:
-        if len(picked) < k and c not in picked:
-            picked.append(c)
-
-    if ranked:
-        take(ranked[0])
-    for c in ranked:
-        if c.language not in {p.language for p in picked}:
-            take(c)
-    for c in ranked:
-        if kernel_shape(c.source) not in {kernel_shape(p.source) for p in picked}:
-            take(c)
-    for c in ranked:
-        take(c)
+    for depth in range(MAX_PER_BUCKET):
+        picked += [members[depth] for members in buckets.values() if len(members) > depth]
+    picked = picked[:k]
+    taken = {c.id for c in picked}
+    picked += [c for c in ranked if c.id not in taken][:k - len(picked)]
     order = {c.id: i for i, c in enumerate(ranked)}
     return sorted(picked, key=lambda c: order[c.id])
+
+
+def ties_with_best(best: list[ScoredCandidate]) -> dict[int, int]:
+    """Candidate id -> the id of best[0], for each other candidate within timing noise of it."""
+    if not best:
+        return {}
+    lead = candidate_spread(best[0])
+    return {c.id: best[0].id for c in best[1:] if within_noise(candidate_spread(c), lead)}
 
 
 def _parent_ids(db: Database, problem: Problem) -> set[int]:
@@ -110,7 +122,8 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     """The history of `problem` (this run's when `run_id` is given; every source ever tried for the
     problem counts as tried either way). `device`: the device's name as evaluations store it; a
     CUDA device also brings its measured ceilings and the roofline floor."""
-    ranked = correct_candidates(db, problem_hash=problem.source_hash, run_id=run_id)
+    found = sorted(correct_candidates(db, problem_hash=problem.source_hash, run_id=run_id), key=lambda c: c.id)
+    ranked = promotion_order(found, candidate_spread)
     failures = [f for f in recent_failures(db, problem_hash=problem.source_hash, run_id=run_id,
                                            limit=max_failures * 3) if f.source][:max_failures]
     for f in failures:
@@ -123,7 +136,8 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     roofline = compute_roofline(problem)
     ceilings = device_ceilings() if device and device != "cpu" else None
     base = _baseline(db, problem, device)
-    return History(best=pick_diverse(ranked, max_best), failures=failures, ideas_that_worked=ideas[:max_ideas],
+    best = pick_diverse(ranked, max_best)
+    return History(best=best, ties=ties_with_best(best), failures=failures, ideas_that_worked=ideas[:max_ideas],
                    tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
                    parent_ids=_parent_ids(db, problem),
                    out_of_resources=out_of_resource_sources(db, problem_hash=problem.source_hash),

@@ -2,9 +2,13 @@
 (`kgen show`), and the runs. Read-only: nothing here writes to the DB.
 
 A candidate's standing on a device is its latest evaluation there. The leaderboard ranks correct
-candidates (suspicious ones never) per (problem, device, size): timed ones fastest first, then
-untimed ones (a machine without a GPU claims no times) oldest first. Sizes are kept apart because a
-runtime at the small size says nothing about the full one.
+candidates (suspicious ones never) per (problem, device, size). The best is kgen.promotion's: the
+candidate found first (lowest id) until a later one beats it beyond the timing noise (its 95%
+interval of the median wholly below, and at least 2% faster); a later one that is faster only
+within the noise is a tie and does not displace it. Below the best, the others fastest first, then
+untimed ones (a machine without a GPU claims no times) oldest first. Each time comes with its
+spread: the half-width of that interval. Sizes are kept apart because a runtime at the small size
+says nothing about the full one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import datetime as dt
 import io
 import json
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from typing import Optional
 
 from sqlalchemy import func, select
@@ -22,6 +27,7 @@ from kgen import fmt
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
 from kgen.fmt import Column
+from kgen.promotion import RuntimeSpread, promotion_order, samples_of, spread_of, within_noise
 from kgen.store import process_alive
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -53,6 +59,11 @@ class LeaderboardRow:
     evaluated_at: dt.datetime
     evaluation_id: int
     sandbox: Optional[str] = None  # "none": evaluated with --no-sandbox (the table says so beside the device)
+    spread_ms: Optional[float] = None  # half-width of the 95% interval of the median; None without timed runs
+    ci_low_ms: Optional[float] = None
+    ci_high_ms: Optional[float] = None
+    timed_runs: int = 0  # the timed runs stored with the evaluation, behind the interval
+    tied_with: Optional[int] = None  # the group's best, where this one is within its timing noise
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -66,8 +77,8 @@ def _latest_per_device():
             .group_by(Evaluation.candidate_id, Evaluation.device).scalar_subquery())
 
 
-def _rank_key(e: Evaluation, c: Candidate):
-    return (e.runtime_ms is None, e.runtime_ms or 0.0, c.id)
+def _spread(e: Evaluation) -> RuntimeSpread:
+    return spread_of(e.runtime_ms, samples_of(e.details))
 
 
 def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional[str] = None,
@@ -90,15 +101,19 @@ def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional
     rows: list[LeaderboardRow] = []
     # full before small: the size users run; devices with timings before CPU
     for key in sorted(groups, key=lambda k: (k[0], k[2] != "full", k[1] == "cpu", k[1])):
-        ranked = sorted(groups[key], key=lambda ce: _rank_key(ce[1], ce[0]))
-        for rank, (c, e) in enumerate(ranked if include_all else ranked[:1], start=1):
+        found = [(c, e, _spread(e)) for c, e in sorted(groups[key], key=lambda ce: ce[0].id)]
+        ranked = promotion_order(found, itemgetter(2))
+        lead = ranked[0][2]
+        for rank, (c, e, spread) in enumerate(ranked if include_all else ranked[:1], start=1):
             rows.append(LeaderboardRow(
                 rank=rank, candidate_id=c.id, problem=c.problem, language=e.language or c.language,
                 device=e.device, size=e.size, runtime_ms=e.runtime_ms, eager_ms=e.eager_ms,
                 compile_ms=e.compile_ms, speedup_eager=e.speedup_eager, speedup_compile=e.speedup_compile,
                 roofline_pct=e.roofline_pct, rtol=e.rtol, atol=e.atol, torch_ops=list(e.torch_ops or []),
                 round=c.round, proposer=c.proposer, model=c.model, run_id=c.run_id, evaluated_at=e.created_at,
-                evaluation_id=e.id, sandbox=e.sandbox))
+                evaluation_id=e.id, sandbox=e.sandbox, spread_ms=spread.half_width_ms, ci_low_ms=spread.low_ms,
+                ci_high_ms=spread.high_ms, timed_runs=spread.runs,
+                tied_with=ranked[0][0].id if rank > 1 and within_noise(spread, lead) else None))
     return rows
 
 
@@ -116,7 +131,8 @@ COLUMNS = (
 
 def row_cells(r: LeaderboardRow) -> list[str]:
     device = f"{r.device} [no sandbox]" if r.sandbox == "none" else r.device
-    return [str(r.candidate_id), r.problem, r.language, device, r.size, fmt.ms(r.runtime_ms), fmt.ms(r.eager_ms),
+    return [str(r.candidate_id), r.problem, r.language, device, r.size, fmt.ms_spread(r.runtime_ms, r.spread_ms),
+            fmt.ms(r.eager_ms),
             fmt.ms(r.compile_ms), fmt.speedup(r.speedup_eager), fmt.speedup(r.speedup_compile),
             fmt.pct(r.roofline_pct), fmt.tol(r.rtol), ", ".join(r.torch_ops) or fmt.MISSING,
             fmt.MISSING if r.round is None else str(r.round), fmt.proposer(r.proposer, r.model),
@@ -154,6 +170,12 @@ def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool =
     ids and problem names in full); `wide` shows every column. The best of each group in bold."""
     fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=title, wide=wide,
                     styles=["bold" if r.rank == 1 else None for r in rows])
+    best_ms = {r.candidate_id: r.runtime_ms for r in rows if r.rank == 1}
+    for r in rows:
+        if r.tied_with is not None and (best_ms.get(r.tied_with) or 0.0) > r.runtime_ms:
+            console.print(f"candidate {r.candidate_id} is faster than {r.tied_with} only within the timing noise: "
+                          f"a tie, and {r.tied_with}, found first, stays the best", highlight=False, markup=False,
+                          soft_wrap=True)
 
 
 # -- one candidate: kgen show ----------------------------------------------------------------------

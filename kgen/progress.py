@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kgen import fmt
+from kgen.promotion import RuntimeSpread, promoted_best, samples_of, spread_of
 from kgen.records import EvalResult
 
 
@@ -39,6 +40,8 @@ class SearchCounts:
     best_speedup_eager: Optional[float] = None
     best_speedup_compile: Optional[float] = None
     best_candidate_id: Optional[int] = None
+    # every correct candidate so far: id -> (its runtime's spread, its speedup vs eager)
+    correct_seen: dict[int, tuple[RuntimeSpread, Optional[float]]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     first_round_started: Optional[float] = None
 
@@ -69,25 +72,24 @@ class SearchCounts:
         self.outcomes[result.outcome] += 1
         if result.outcome != "correct":
             return False
-        return self.consider_best(candidate_id, result.speedup_eager, result.speedup_compile)
+        spread = spread_of(result.runtime_ms, samples_of(result.details)) if result.runtime_ms is not None else None
+        return self.consider_best(candidate_id, result.speedup_eager, result.speedup_compile, spread)
 
     def consider_best(self, candidate_id: int, speedup_eager: Optional[float],
-                      speedup_compile: Optional[float]) -> bool:
-        """Take a correct candidate into the best-so-far; True when it leads now. Untimed (no GPU):
-        the first correct one leads."""
+                      speedup_compile: Optional[float], spread: Optional[RuntimeSpread] = None) -> bool:
+        """Take a correct candidate into the best-so-far; True when it leads now. The lead is
+        kgen.promotion's: the first found (lowest id) unless a later one beats it beyond the timing
+        noise, as the search's summary and the leaderboard decide it. Untimed (no GPU): the first
+        correct one leads. Without a runtime the speedup vs eager stands in for it (same baseline)."""
         if speedup_compile is not None and (self.best_speedup_compile is None
                                             or speedup_compile > self.best_speedup_compile):
             self.best_speedup_compile = speedup_compile
-        if speedup_eager is None:
-            if self.best_candidate_id is None:
-                self.best_candidate_id = candidate_id
-                return True
-            return False
-        if self.best_speedup_eager is None or speedup_eager > self.best_speedup_eager:
-            self.best_speedup_eager = speedup_eager
-            self.best_candidate_id = candidate_id
-            return True
-        return False
+        if spread is None or not spread.timed:
+            spread = RuntimeSpread(1 / speedup_eager if speedup_eager else None)
+        self.correct_seen[candidate_id] = (spread, speedup_eager)
+        best = promoted_best(sorted(self.correct_seen), lambda cid: self.correct_seen[cid][0])
+        self.best_candidate_id, self.best_speedup_eager = best, self.correct_seen[best][1]
+        return best == candidate_id
 
 
 class SearchProgress:

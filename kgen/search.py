@@ -31,6 +31,7 @@ from kgen.db import Database, DatabaseUnavailableError, Run, open_db
 from kgen.errors import KgenError
 from kgen.problems import Problem, load_problem
 from kgen.progress import SearchProgress
+from kgen.promotion import candidate_spread, promoted_best
 from kgen.records import EvalSettings
 
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
@@ -340,8 +341,8 @@ class Search:
 
     def _seed_counts(self) -> None:
         """On resume, the best so far includes what earlier sessions of this run found."""
-        for c in reversed(store.correct_candidates(self.db, run_id=self.run_id)):
-            self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile)
+        for c in sorted(store.correct_candidates(self.db, run_id=self.run_id), key=lambda c: c.id):
+            self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile, candidate_spread(c))
 
     def summary(self, status: str, timed: bool = True) -> SearchSummary:
         run = store.get_run(self.db, self.run_id)
@@ -352,8 +353,8 @@ class Search:
                                 candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 wall_s=time.monotonic() - self.started, timed=timed)
-        if correct:  # fastest first; untimed (no GPU): the first found
-            best = correct[0]
+        if correct:  # the first found, replaced only by one that beats it beyond the timing noise
+            best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)
             summary.best_id = best.id
             summary.best_runtime_ms = best.runtime_ms
             summary.best_speedup_eager = best.speedup_eager

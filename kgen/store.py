@@ -7,13 +7,14 @@ import hashlib
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from sqlalchemy import func, select
 
 from kgen import __version__
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
+from kgen.promotion import samples_of
 from kgen.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
 
 
@@ -161,6 +162,7 @@ class ScoredCandidate:
     roofline_pct: Optional[float]
     device: str
     torch_ops: list[str]
+    samples_ms: list[float] = field(default_factory=list)  # the timed runs behind runtime_ms (kgen.promotion)
 
 
 def _latest_evaluations(problem_hash: Optional[str], run_id: Optional[int], problem: Optional[str] = None):
@@ -181,7 +183,7 @@ def _scored(c: Candidate, e: Evaluation) -> ScoredCandidate:
                            idea=c.idea, proposer=c.proposer, parent_ids=list(c.parent_ids or []), outcome=e.outcome,
                            message=e.message, runtime_ms=e.runtime_ms, speedup_eager=e.speedup_eager,
                            speedup_compile=e.speedup_compile, roofline_pct=e.roofline_pct, device=e.device,
-                           torch_ops=list(e.torch_ops or []))
+                           torch_ops=list(e.torch_ops or []), samples_ms=samples_of(e.details))
 
 
 def correct_candidates(db: Database, *, problem_hash: Optional[str] = None, run_id: Optional[int] = None,
