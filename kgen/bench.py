@@ -39,6 +39,7 @@ from sqlalchemy import select
 
 from kgen.db import Baseline, Candidate, Database, Evaluation, Run
 from kgen.errors import KgenError
+from kgen.promotion import candidate_spread, promoted_best
 from kgen.store import correct_candidates
 
 DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
@@ -99,8 +100,9 @@ def quality_row(db: Database, run_id: int) -> QualityRow:
                                                 Baseline.size == run.size, Baseline.device == run.device)
                          .order_by(Baseline.id.desc())).first()
     correct = correct_candidates(db, run_id=run_id)
-    # the fastest timed one; without a GPU nothing is timed, and the first correct one is shown, untimed
-    best = next((c for c in correct if c.runtime_ms is not None), correct[0] if correct else None)
+    # the promoted best (kgen.promotion), as the leaderboard and export see it; without a GPU nothing is
+    # timed, and the first correct one is shown, untimed
+    best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)
     eager = base.eager_ms if base else None
     compiled = base.compile_ms if base else None
     autotune = base.compile_max_autotune_ms if base else None

@@ -132,8 +132,7 @@ COLUMNS = (
 def row_cells(r: LeaderboardRow) -> list[str]:
     device = f"{r.device} [no sandbox]" if r.sandbox == "none" else r.device
     return [str(r.candidate_id), r.problem, r.language, device, r.size, fmt.ms_spread(r.runtime_ms, r.spread_ms),
-            fmt.ms(r.eager_ms),
-            fmt.ms(r.compile_ms), fmt.speedup(r.speedup_eager), fmt.speedup(r.speedup_compile),
+            fmt.ms(r.eager_ms), fmt.ms(r.compile_ms), fmt.speedup(r.speedup_eager), fmt.speedup(r.speedup_compile),
             fmt.pct(r.roofline_pct), fmt.tol(r.rtol), ", ".join(r.torch_ops) or fmt.MISSING,
             fmt.MISSING if r.round is None else str(r.round), fmt.proposer(r.proposer, r.model),
             fmt.MISSING if r.run_id is None else str(r.run_id), fmt.when(r.evaluated_at)]
