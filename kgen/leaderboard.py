@@ -407,6 +407,8 @@ def render_detail(detail: CandidateDetail, console) -> None:
         if e.message and e.outcome != "correct":
             console.print(f"[bold]eval {e.id} ({e.outcome}):[/bold]", highlight=False)
             console.print(e.message.strip(), highlight=False, markup=False)
+    for line in profile_lines(detail.evaluations):
+        console.print(line, highlight=False, markup=False)
 
     tree = Tree(f"lineage of {c.id}" + ("" if detail.lineage else ": a first proposal (no parents)"))
     nodes = {0: tree}
@@ -423,3 +425,24 @@ def render_detail(detail: CandidateDetail, console) -> None:
         nodes[a.depth] = nodes[a.depth - 1].add(escape(label), highlight=False)
     console.print(tree)
     console.print(Syntax(c.source, "python", line_numbers=True, word_wrap=True))
+
+
+def profile_lines(evaluations) -> list[str]:
+    """`kgen show`'s kernel profile and GPU telemetry of each timed evaluation (kgen.kernel_profile,
+    kgen.telemetry), one line each."""
+    from kgen import kernel_profile, telemetry
+
+    lines = []
+    for e in evaluations:
+        details = e.details if isinstance(e.details, dict) else {}
+        profile = details.get("kernel_profile")
+        text = kernel_profile.summary(profile)
+        if text:
+            lines.append(f"eval {e.id} kernel profile ({profile.get('source', 'CUPTI')}): {text}; "
+                         f"{profile.get('stalls_note') or kernel_profile.STALLS_NOTE}")
+        if "telemetry" in details:
+            lines.append(f"eval {e.id} GPU during timing: {telemetry.summary(details.get('telemetry'))}")
+        phases = details.get("phases") if isinstance(details.get("phases"), dict) else {}
+        if phases.get("profile_s") is not None:
+            lines.append(f"eval {e.id} profiling took {phases['profile_s']:.2f} s")
+    return lines

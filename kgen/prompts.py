@@ -13,7 +13,9 @@ The variables every template sees (see `prompt_context`):
   roofline       {flops, bytes, floor_ms, bound}; floor_ms and bound are None without ceilings
   baseline       {eager_ms, compile_ms}, each None until timed
   best           the best correct candidates, fastest first: {id, language, source, idea, runtime_ms,
-                 speedup_eager, speedup_compile, roofline_pct}
+                 speedup_eager, speedup_compile, roofline_pct, profile (kernel_profile.summary: where its
+                 GPU time went, launch configuration, registers, spills, achieved bandwidth; None untimed)}
+  profiles_note  one line: what the profiles are, or that they are off on this machine (no GPU)
   failures       recent failures, newest first: {id, language, source, idea, outcome, message}
   ideas_that_worked, round_index, correct_count, tried_count
   failure        (repair.j2 only) the failure to fix, as in `failures`
@@ -49,9 +51,10 @@ def _ms(value: Optional[float]) -> str:
     return "not timed" if value is None else f"{fmt.ms(value)} ms"
 
 
-def _candidate_view(c: ScoredCandidate) -> dict[str, Any]:
+def _candidate_view(c: ScoredCandidate, profiles: Optional[dict[int, str]] = None) -> dict[str, Any]:
     return {"id": c.id, "language": c.language, "source": c.source, "idea": c.idea, "runtime_ms": c.runtime_ms,
-            "speedup_eager": c.speedup_eager, "speedup_compile": c.speedup_compile, "roofline_pct": c.roofline_pct}
+            "speedup_eager": c.speedup_eager, "speedup_compile": c.speedup_compile, "roofline_pct": c.roofline_pct,
+            "profile": (profiles or {}).get(c.id)}
 
 
 def failure_view(c: ScoredCandidate) -> dict[str, Any]:
@@ -93,7 +96,8 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
                      "floor_ms": history.floor_ms,
                      "bound": roof.bound(ceil) if roof is not None and ceil is not None else None},
         "baseline": {"eager_ms": history.baseline_eager_ms, "compile_ms": history.baseline_compile_ms},
-        "best": [_candidate_view(c) for c in history.best],
+        "best": [_candidate_view(c, history.profiles) for c in history.best],
+        "profiles_note": history.profiles_note,
         "failures": [failure_view(c) for c in history.failures],
         "ideas_that_worked": list(history.ideas_that_worked),
         "round_index": round_index,

@@ -93,7 +93,7 @@ class SearchSummary:
 def no_gpu_note(language: str) -> str:
     """What a search without a GPU says once, at its start."""
     note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
-            "by correctness only.")
+            "by correctness only. Kernel profiles are off (no GPU here).")
     if language != "triton":
         note += (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
                  "reported not_run.")
