@@ -255,6 +255,8 @@ class Runner:
             warm = torch.cuda.Event(enable_timing=True)
             warm.record()
             torch.cuda.synchronize()
+        if self.cuda and not self.compiling and job.seal:
+            self._warm_profiler()
         if not self.compiling and job.seal:
             import ctypes
 
@@ -268,6 +270,20 @@ class Runner:
         self.models["null"] = _NullModel([torch.empty(r.shape, dtype=getattr(torch, r.dtype), device=self.device)
                                           for r in self.out_regions])
         self.init_inputs = [self._value(v) for v in job.init_inputs]
+
+    def _warm_profiler(self) -> None:
+        """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
+        session, and after the seal no thread can start, so the kernel audit's profile would fail
+        ("Resource temporarily unavailable", seen on the H100)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        os.environ["TEARDOWN_CUPTI"] = "0"  # Kineto would tear CUPTI down after each session, and its threads
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]):
+                self.probe.add_(0)
+                self.sync()
+        except Exception:  # noqa: BLE001 - the audit reports a profiler that cannot run as not available
+            pass
 
     def sync(self) -> None:
         """Wait for all work on the (only) device: the current device is set once, at start."""
