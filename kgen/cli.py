@@ -470,7 +470,8 @@ def leaderboard_cmd(
     elif not rows:
         console.print("no correct candidates yet" + (f" for {problem}" if problem else ""), highlight=False)
     elif sort != "runtime":
-        ledger.print_cost_board(rows, console, sort=sort, wide=wide, title=f"kgen leaderboard by speedup {sort}"
+        per = sort.replace("-", " ").replace("gpu", "GPU")  # per dollar, per GPU hour
+        ledger.print_cost_board(rows, console, sort=sort, wide=wide, title=f"kgen leaderboard by speedup {per}"
                                 + (" (all correct candidates)" if include_all else ""))
     else:
         lb.print_board(rows, console, title="kgen leaderboard" + (" (all correct candidates)" if include_all else ""),

@@ -304,7 +304,7 @@ class RunRow:
         d = asdict(self)
         d["started_at"] = self.started_at.isoformat(timespec="seconds")
         d["finished_at"] = self.finished_at.isoformat(timespec="seconds") if self.finished_at else None
-        d["cost"] = self.cost.to_dict() if self.cost else None
+        d["cost"] = {k: v for k, v in self.cost.to_dict().items() if k != "run_id"} if self.cost else None  # the row's
         return d
 
 
