@@ -18,7 +18,7 @@ from typing import Optional
 
 from sqlalchemy import func, select
 
-from kgen import fmt
+from kgen import fmt, ledger
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
 from kgen.fmt import Column
@@ -53,6 +53,11 @@ class LeaderboardRow:
     evaluated_at: dt.datetime
     evaluation_id: int
     sandbox: Optional[str] = None  # "none": evaluated with --no-sandbox (the table says so beside the device)
+    # filled by `--sort per-dollar|per-gpu-hour` (kgen.ledger.sort_board): speedup vs eager per dollar its run
+    # spent on tokens, or per GPU-hour it used; free: its run spent nothing on tokens
+    speedup_per_usd: Optional[float] = None
+    speedup_per_gpu_hour: Optional[float] = None
+    free: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -180,6 +185,7 @@ class CandidateDetail:
     candidate: Candidate
     evaluations: list[Evaluation]
     lineage: list[Ancestor] = field(default_factory=list)
+    cost: Optional[ledger.CandidateCost] = None  # its cost ledger (kgen.ledger)
 
 
 def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
@@ -209,7 +215,8 @@ def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
 
         walk(list(cand.parent_ids or []), 1)
         s.expunge_all()
-    return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage)
+    return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage,
+                           cost=ledger.candidate_cost(db, candidate_id))
 
 
 @dataclass
@@ -283,6 +290,7 @@ class RunRow:
     # for a `running` run: False when its process on this machine is gone (SIGKILLed; resume it),
     # None when this machine cannot tell (another host, or not running)
     process_alive: Optional[bool] = None
+    cost: Optional[ledger.RunCost] = None  # its cost ledger (kgen.ledger)
 
     @property
     def process_gone(self) -> bool:
@@ -296,11 +304,13 @@ class RunRow:
         d = asdict(self)
         d["started_at"] = self.started_at.isoformat(timespec="seconds")
         d["finished_at"] = self.finished_at.isoformat(timespec="seconds") if self.finished_at else None
+        d["cost"] = {k: v for k, v in self.cost.to_dict().items() if k != "run_id"} if self.cost else None  # the row's
         return d
 
 
-def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
-    """Every run, oldest first, with its progress, its best correct candidate and the tokens it spent."""
+def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[ledger.Prices] = None) -> list[RunRow]:
+    """Every run, oldest first, with its progress, its best correct candidate and the tokens it spent, and
+    its cost ledger (`prices`: from flags, over the run's own and the environment's)."""
     with db.reader() as s:
         q = select(Run).order_by(Run.id)
         if problem is not None:
@@ -326,6 +336,9 @@ def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
                                          default=None),
                 tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at,
                 process_alive=process_alive(run.settings) if run.status == "running" else None))
+    costs = ledger.run_costs(db, [r.run_id for r in out], prices)
+    for row in out:
+        row.cost = costs.get(row.run_id)
     return out
 
 
@@ -334,7 +347,7 @@ RUN_COLUMNS = (
     Column("device", default=False), Column("status"), Column("rounds", numeric=True),
     Column("candidates", numeric=True, default=False), Column("correct", numeric=True),
     Column("best id", numeric=True), Column("vs eager", numeric=True), Column("vs compile", numeric=True),
-    Column("tokens in/out", default=False), Column("started"),
+    Column("tokens in/out", default=False), Column("started"), *ledger.RUN_COST_COLUMNS,
 )
 
 
@@ -345,7 +358,7 @@ def run_cells(r: RunRow) -> list[str]:
             f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), f"{r.correct}/{r.candidates}",
             fmt.MISSING if r.best_candidate_id is None else str(r.best_candidate_id),
             fmt.speedup(r.best_speedup_eager), fmt.speedup(r.best_speedup_compile),
-            f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at)]
+            f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at), *ledger.run_cost_cells(r.cost)]
 
 
 def print_runs(rows: list[RunRow], console, *, wide: bool = False, db: Optional[str] = None) -> None:
@@ -409,6 +422,9 @@ def render_detail(detail: CandidateDetail, console) -> None:
             console.print(e.message.strip(), highlight=False, markup=False)
     for line in profile_lines(detail.evaluations):
         console.print(line, highlight=False, markup=False)
+    if detail.cost is not None:
+        for n, line in enumerate(ledger.candidate_cost_lines(detail.cost)):
+            console.print(("cost: " if n == 0 else "      ") + line, highlight=False, markup=False, soft_wrap=True)
 
     tree = Tree(f"lineage of {c.id}" + ("" if detail.lineage else ": a first proposal (no parents)"))
     nodes = {0: tree}

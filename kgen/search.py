@@ -60,6 +60,8 @@ class SearchConfig:
     starters_dir: Optional[str] = None  # the offline proposer's starter kernels (default: beside the problem)
     sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
     baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
+    price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.ledger)
+    price_out: Optional[float] = None
 
     @classmethod
     def from_settings(cls, settings: dict) -> SearchConfig:
@@ -115,6 +117,9 @@ def validate(config: SearchConfig) -> None:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
     if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
+    from kgen.ledger import flag_prices
+
+    flag_prices(config.price_in, config.price_out)  # both or neither, each a number 0 or more
     if config.starters_dir is not None and config.proposer != "offline":
         raise KgenError(f"--starters is for the offline proposer (this search uses --proposer {config.proposer})")
 
