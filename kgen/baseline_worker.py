@@ -15,6 +15,7 @@ from typing import Any
 def time_baselines(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from kgen import telemetry
     from kgen.problems import load_problem
     from kgen.timing import time_forward
 
@@ -31,15 +32,22 @@ def time_baselines(job: dict[str, Any]) -> dict[str, Any]:
     variants = {"eager_ms": lambda: model, "compile_ms": lambda: torch.compile(model)}
     if job.get("max_autotune", True):
         variants["compile_max_autotune_ms"] = lambda: torch.compile(model, mode="max-autotune")
+    readings: dict[str, Any] = {}
     for key, make in variants.items():
         try:
             fn = make()
+            with torch.no_grad():  # compiled and warm before the GPU's state is read
+                fn(*problem.make_inputs(999, device))
+            before = telemetry.sample(device)
             times[key] = time_forward(fn, lambda i: problem.make_inputs(1000 + i, device),
                                       min_runs, min_s).median_ms
+            readings[key] = telemetry.around(before, telemetry.sample(device))
         except Exception as e:  # noqa: BLE001 - a baseline that cannot be timed is recorded as missing
             times[key] = None
             errors[key] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         torch._dynamo.reset()
+    if any(readings.values()):  # the same clocks, power and throttling flag a candidate's timing carries
+        settings["telemetry"] = readings
     return dict(times, settings=settings, errors=errors, torch_version=torch.__version__)
 
 

@@ -104,6 +104,21 @@ def _positive(ctx: typer.Context, param: typer.CallbackParam, value: Optional[fl
     return value
 
 
+def _price(ctx: typer.Context, param: typer.CallbackParam, value: Optional[float]) -> Optional[float]:
+    """A token price (USD per million) as kgen.ledger.check_price takes it, checked without importing it."""
+    if value is not None and not 0 <= value < float("inf"):
+        raise KgenError(f"{param.opts[0]} must be a non-negative number of USD per million tokens (got '{value:g}')")
+    return value
+
+
+PriceInOption = typer.Option(None, "--price-in", metavar="USD", callback=_price,
+                             show_default="KGEN_PRICE_IN", help="The LLM's price of a million input tokens, "
+                                                                "for the cost ledger.")
+PriceOutOption = typer.Option(None, "--price-out", metavar="USD", callback=_price,
+                              show_default="KGEN_PRICE_OUT", help="The LLM's price of a million output tokens, "
+                                                                  "for the cost ledger.")
+
+
 def _version(value: bool) -> None:
     if value:
         console.print(f"kgen {__version__}")
@@ -363,6 +378,8 @@ def search_cmd(
                                            help="A folder of starter kernels (files defining ModelNew) for the "
                                                 "offline proposer."),
     no_sandbox: bool = NoSandboxOption,
+    price_in: Optional[float] = PriceInOption,
+    price_out: Optional[float] = PriceOutOption,
 ) -> None:
     """Search for kernels faster than PyTorch.
 
@@ -376,13 +393,17 @@ def search_cmd(
 
     if resume is None and problem is None:
         raise KgenError("give --problem (or --resume RUN_ID)")
+    from kgen.ledger import flag_prices
+
+    flag_prices(price_in, price_out)  # both or neither; the run stores them for kgen runs, show and report
     config = None if resume is not None else SearchConfig(
         problem=problem, rounds=rounds, candidates=candidates, proposer=proposer, language=language, size=size,
         seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
         prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
         replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
-        starters_dir=str(Path(starters).absolute()) if starters else None)  # absolute: a resume may start elsewhere
+        starters_dir=str(Path(starters).absolute()) if starters else None,  # absolute: a resume may start elsewhere
+        price_in=price_in, price_out=price_out)
     from kgen.sandbox import SandboxMode, check_sandbox
 
     if config is not None:
@@ -405,6 +426,7 @@ def search_cmd(
 
 
 LEADERBOARD_FORMATS = ("table", "json", "csv", "markdown")
+LEADERBOARD_SORTS = ("runtime", "per-dollar", "per-gpu-hour")  # kgen.ledger.SORTS (not imported: help stays light)
 
 
 @app.command(cls=KgenCommand, name="leaderboard")
@@ -416,6 +438,12 @@ def leaderboard_cmd(
                                                           "device and size."),
     fmt_name: str = typer.Option("table", "--format", "-f", metavar="|".join(LEADERBOARD_FORMATS),
                                  callback=_choice(*LEADERBOARD_FORMATS), help="The output format."),
+    sort: str = typer.Option("runtime", "--sort", metavar="|".join(LEADERBOARD_SORTS),
+                             callback=_choice(*LEADERBOARD_SORTS),
+                             help="Order: fastest first, or most speedup vs eager per dollar of LLM tokens, or per "
+                                  "GPU-hour, that its run spent (kgen.ledger)."),
+    price_in: Optional[float] = PriceInOption,
+    price_out: Optional[float] = PriceOutOption,
     wide: bool = WideOption,
     db: Optional[str] = DbOption,
 ) -> None:
@@ -424,11 +452,13 @@ def leaderboard_cmd(
     The best per problem, device and size (every correct one with --all).
     """
     from kgen import leaderboard as lb
+    from kgen import ledger
     from kgen.db import open_db
 
     database = open_db(db, read_only=True)
     try:
         rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
+        rows = ledger.sort_board(database, rows, sort, ledger.flag_prices(price_in, price_out))
     finally:
         database.close()
     if fmt_name == "json":
@@ -439,6 +469,10 @@ def leaderboard_cmd(
         print(lb.to_markdown(rows), end="")
     elif not rows:
         console.print("no correct candidates yet" + (f" for {problem}" if problem else ""), highlight=False)
+    elif sort != "runtime":
+        per = sort.replace("-", " ").replace("gpu", "GPU")  # per dollar, per GPU hour
+        ledger.print_cost_board(rows, console, sort=sort, wide=wide, title=f"kgen leaderboard by speedup {per}"
+                                + (" (all correct candidates)" if include_all else ""))
     else:
         lb.print_board(rows, console, title="kgen leaderboard" + (" (all correct candidates)" if include_all else ""),
                        wide=wide)
@@ -478,9 +512,11 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
              fmt_name: str = typer.Option("table", "--format", "-f", metavar="|".join(RUNS_FORMATS),
                                           callback=_choice(*RUNS_FORMATS), help="The output format."),
              as_json: bool = typer.Option(False, "--json", hidden=True),  # kept for scripts: --format json
+             price_in: Optional[float] = PriceInOption,
+             price_out: Optional[float] = PriceOutOption,
              wide: bool = WideOption,
              db: Optional[str] = DbOption) -> None:
-    """The searches: status, rounds, best speedups, tokens."""
+    """The searches: status, rounds, best speedups, tokens, GPU seconds and cost."""
     import json
 
     from kgen import leaderboard as lb
@@ -488,7 +524,9 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
 
     database = open_db(db, read_only=True)
     try:
-        rows = lb.run_rows(database, problem=problem)
+        from kgen.ledger import flag_prices
+
+        rows = lb.run_rows(database, problem=problem, prices=flag_prices(price_in, price_out))
     finally:
         database.close()
     if as_json or fmt_name == "json":

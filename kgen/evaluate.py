@@ -159,6 +159,25 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
             result.message = (f"measured {result.runtime_ms:.4g} ms, below the roofline floor of {floor:.4g} ms "
                               "(the least time the bytes and FLOPs need on this device): physically impossible, "
                               "so the timing cannot be trusted; kept off the leaderboard")
+    _fill_achieved(result, problem, settings)
+
+
+def _fill_achieved(result: EvalResult, problem: Problem, settings: EvalSettings) -> None:
+    """The kernel profile's achieved bandwidth and FLOP rate (kgen.kernel_profile): advisory, so any
+    failure to work them out leaves them out."""
+    profile = result.details.get("kernel_profile")
+    if not isinstance(profile, dict):
+        return
+    try:
+        from kgen import kernel_profile
+        from kgen.roofline import compute_roofline, device_ceilings
+
+        roof, ceilings = compute_roofline(problem), device_ceilings(measure=False)
+        kernel_profile.add_achieved(profile, roof.bytes_moved, roof.flops, result.runtime_ms,
+                                    ceilings.bandwidth_bytes_per_s if ceilings else None,
+                                    roof.compute_rate(ceilings, settings.rtol) if ceilings else None)
+    except Exception:  # noqa: BLE001
+        return
 
 
 def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings,

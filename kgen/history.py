@@ -10,6 +10,7 @@ from typing import Optional
 
 from sqlalchemy import select
 
+from kgen import kernel_profile
 from kgen.db import Baseline, Candidate, Database
 from kgen.problems import Problem
 from kgen.promotion import candidate_spread, promotion_order, within_noise
@@ -47,6 +48,8 @@ class History:
     roofline: Optional[Roofline] = None
     ceilings: Optional[Ceilings] = None
     device: Optional[str] = None
+    profiles: dict[int, str] = field(default_factory=dict)  # candidate id -> kernel_profile.summary
+    profiles_note: str = ""  # what the profiles are, or why there are none, said once
 
     def is_tried(self, source: str) -> bool:
         return normalized_source_hash(source) in self.tried_hashes
@@ -117,6 +120,15 @@ def _baseline(db: Database, problem: Problem, device: Optional[str]) -> Optional
         return s.scalars(q.order_by(Baseline.id.desc())).first()
 
 
+def profiles_note(gpu: bool) -> str:
+    """The one line that says what the candidates' profiles are, or that there are none here."""
+    if not gpu:
+        return ("Kernel profiles are off on this machine (no GPU): candidates are checked for correctness only, "
+                "so there are no timings, occupancy or bandwidth figures to learn from.")
+    return (f"Profiles: {kernel_profile.SOURCE}; achieved bandwidth and FLOP rate assume the minimum traffic, so "
+            f"a kernel that re-reads its inputs moves more than shown; {kernel_profile.STALLS_NOTE}.")
+
+
 def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, device: Optional[str] = None, *,
                   max_best: int = 4, max_failures: int = 4, max_ideas: int = 10) -> History:
     """The history of `problem` (this run's when `run_id` is given; every source ever tried for the
@@ -136,6 +148,7 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     roofline = compute_roofline(problem)
     ceilings = device_ceilings() if device and device != "cpu" else None
     base = _baseline(db, problem, device)
+    profiles = kernel_profile.summaries(db, [c.id for c in ranked[:max_best * 8]]) if ceilings is not None else {}
     best = pick_diverse(ranked, max_best)
     return History(best=best, ties=ties_with_best(best), failures=failures, ideas_that_worked=ideas[:max_ideas],
                    tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
@@ -143,4 +156,5 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
                    out_of_resources=out_of_resource_sources(db, problem_hash=problem.source_hash),
                    baseline_eager_ms=base.eager_ms if base else None,
                    baseline_compile_ms=base.compile_ms if base else None,
-                   floor_ms=roofline.floor_ms(ceilings), roofline=roofline, ceilings=ceilings, device=device)
+                   floor_ms=roofline.floor_ms(ceilings), roofline=roofline, ceilings=ceilings, device=device,
+                   profiles=profiles, profiles_note=profiles_note(ceilings is not None))

@@ -45,7 +45,7 @@ from typing import Any, Optional
 
 import torch
 
-from kgen import verify
+from kgen import kernel_profile, telemetry, verify
 from kgen.harness.protocol import (
     BadFrame,
     Channel,
@@ -755,6 +755,12 @@ class Judge:
             other_us += us if whose == "other" else 0.0
             rows.append({"name": name, "us": round(us, 2), "whose": whose})
         self.evidence.details["gpu_kernels"] = rows
+        try:  # the profile the next round's prompt shows: advisory, so a malformed one is left out, not a verdict
+            profile = kernel_profile.from_runner(report, own_names)
+        except Exception:  # noqa: BLE001 - the runner's reply is the candidate's to shape
+            profile = None
+        if profile is not None:
+            self.evidence.details["kernel_profile"] = profile
         if own_us + other_us > 0 and other_us / (own_us + other_us) >= TORCH_WORK_LIMIT:
             others = ", ".join(r["name"][:60] for r in rows if r["whose"] == "other")[:500]
             raise Verdict(Outcome.STATIC_REJECT, f"{other_us / (own_us + other_us):.0%} of its GPU kernel time was in "
@@ -774,6 +780,7 @@ class Judge:
         while warmup < WARMUP_RUNS and (warmup < 2 or time.perf_counter() - warm_started < WARMUP_MAX_S):
             watch.run("candidate", "timing (warm-up)")
             warmup += 1
+        before = telemetry.sample(self.device)  # the GPU's clocks and power as the timed runs start, warm
         elapsed, wall = [], []
         min_runs, min_s = int(self.settings.min_timed_runs), float(self.settings.min_timed_s)
         started = time.perf_counter()
@@ -803,6 +810,9 @@ class Judge:
                 if not self.inputs_unchanged(inputs):
                     raise Verdict(Outcome.INCORRECT, "forward modified its input tensors in place during timing",
                                   **self.errors())
+        measured = telemetry.around(before, telemetry.sample(self.device))
+        if measured is not None:
+            self.evidence.details["telemetry"] = measured
         ordered = sorted(elapsed)
         median = statistics.median(ordered)
         beside = statistics.median(w - e for w, e in zip(wall, elapsed))  # the judge's clock beyond the events
@@ -889,6 +899,7 @@ class Judge:
                 timing = self.timing(slot, watch)
                 self.phase("timing_s")
                 self.audit_gpu_kernels(slot, timing["median_ms"] if timing else None)
+                self.phase("profile_s")
                 details["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                                    "cudnn": torch.backends.cudnn.allow_tf32}
             result = dict(outcome=Outcome.CORRECT.value, message="", runtime_ms=timing["median_ms"] if timing else None,

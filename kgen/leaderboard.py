@@ -23,7 +23,7 @@ from typing import Optional
 
 from sqlalchemy import func, select
 
-from kgen import fmt
+from kgen import fmt, ledger
 from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
 from kgen.fmt import Column
@@ -64,6 +64,11 @@ class LeaderboardRow:
     ci_high_ms: Optional[float] = None
     timed_runs: int = 0  # the timed runs stored with the evaluation, behind the interval
     tied_with: Optional[int] = None  # the group's best, where this one is within its timing noise
+    # filled by `--sort per-dollar|per-gpu-hour` (kgen.ledger.sort_board): speedup vs eager per dollar its run
+    # spent on tokens, or per GPU-hour it used; free: its run spent nothing on tokens
+    speedup_per_usd: Optional[float] = None
+    speedup_per_gpu_hour: Optional[float] = None
+    free: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -201,6 +206,7 @@ class CandidateDetail:
     candidate: Candidate
     evaluations: list[Evaluation]
     lineage: list[Ancestor] = field(default_factory=list)
+    cost: Optional[ledger.CandidateCost] = None  # its cost ledger (kgen.ledger)
 
 
 def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
@@ -230,7 +236,8 @@ def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
 
         walk(list(cand.parent_ids or []), 1)
         s.expunge_all()
-    return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage)
+    return CandidateDetail(candidate=cand, evaluations=evaluations, lineage=lineage,
+                           cost=ledger.candidate_cost(db, candidate_id))
 
 
 @dataclass
@@ -304,6 +311,7 @@ class RunRow:
     # for a `running` run: False when its process on this machine is gone (SIGKILLed; resume it),
     # None when this machine cannot tell (another host, or not running)
     process_alive: Optional[bool] = None
+    cost: Optional[ledger.RunCost] = None  # its cost ledger (kgen.ledger)
 
     @property
     def process_gone(self) -> bool:
@@ -317,11 +325,13 @@ class RunRow:
         d = asdict(self)
         d["started_at"] = self.started_at.isoformat(timespec="seconds")
         d["finished_at"] = self.finished_at.isoformat(timespec="seconds") if self.finished_at else None
+        d["cost"] = {k: v for k, v in self.cost.to_dict().items() if k != "run_id"} if self.cost else None  # the row's
         return d
 
 
-def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
-    """Every run, oldest first, with its progress, its best correct candidate and the tokens it spent."""
+def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[ledger.Prices] = None) -> list[RunRow]:
+    """Every run, oldest first, with its progress, its best correct candidate and the tokens it spent, and
+    its cost ledger (`prices`: from flags, over the run's own and the environment's)."""
     with db.reader() as s:
         q = select(Run).order_by(Run.id)
         if problem is not None:
@@ -347,6 +357,9 @@ def run_rows(db: Database, *, problem: Optional[str] = None) -> list[RunRow]:
                                          default=None),
                 tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at,
                 process_alive=process_alive(run.settings) if run.status == "running" else None))
+    costs = ledger.run_costs(db, [r.run_id for r in out], prices)
+    for row in out:
+        row.cost = costs.get(row.run_id)
     return out
 
 
@@ -355,7 +368,7 @@ RUN_COLUMNS = (
     Column("device", default=False), Column("status"), Column("rounds", numeric=True),
     Column("candidates", numeric=True, default=False), Column("correct", numeric=True),
     Column("best id", numeric=True), Column("vs eager", numeric=True), Column("vs compile", numeric=True),
-    Column("tokens in/out", default=False), Column("started"),
+    Column("tokens in/out", default=False), Column("started"), *ledger.RUN_COST_COLUMNS,
 )
 
 
@@ -366,7 +379,7 @@ def run_cells(r: RunRow) -> list[str]:
             f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), f"{r.correct}/{r.candidates}",
             fmt.MISSING if r.best_candidate_id is None else str(r.best_candidate_id),
             fmt.speedup(r.best_speedup_eager), fmt.speedup(r.best_speedup_compile),
-            f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at)]
+            f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at), *ledger.run_cost_cells(r.cost)]
 
 
 def print_runs(rows: list[RunRow], console, *, wide: bool = False, db: Optional[str] = None) -> None:
@@ -428,6 +441,11 @@ def render_detail(detail: CandidateDetail, console) -> None:
         if e.message and e.outcome != "correct":
             console.print(f"[bold]eval {e.id} ({e.outcome}):[/bold]", highlight=False)
             console.print(e.message.strip(), highlight=False, markup=False)
+    for line in profile_lines(detail.evaluations):
+        console.print(line, highlight=False, markup=False)
+    if detail.cost is not None:
+        for n, line in enumerate(ledger.candidate_cost_lines(detail.cost)):
+            console.print(("cost: " if n == 0 else "      ") + line, highlight=False, markup=False, soft_wrap=True)
 
     tree = Tree(f"lineage of {c.id}" + ("" if detail.lineage else ": a first proposal (no parents)"))
     nodes = {0: tree}
@@ -444,3 +462,24 @@ def render_detail(detail: CandidateDetail, console) -> None:
         nodes[a.depth] = nodes[a.depth - 1].add(escape(label), highlight=False)
     console.print(tree)
     console.print(Syntax(c.source, "python", line_numbers=True, word_wrap=True))
+
+
+def profile_lines(evaluations) -> list[str]:
+    """`kgen show`'s kernel profile and GPU telemetry of each timed evaluation (kgen.kernel_profile,
+    kgen.telemetry), one line each."""
+    from kgen import kernel_profile, telemetry
+
+    lines = []
+    for e in evaluations:
+        details = e.details if isinstance(e.details, dict) else {}
+        profile = details.get("kernel_profile")
+        text = kernel_profile.summary(profile)
+        if text:
+            lines.append(f"eval {e.id} kernel profile ({profile.get('source', 'CUPTI')}): {text}; "
+                         f"{profile.get('stalls_note') or kernel_profile.STALLS_NOTE}")
+        if "telemetry" in details:
+            lines.append(f"eval {e.id} GPU during timing: {telemetry.summary(details.get('telemetry'))}")
+        phases = details.get("phases") if isinstance(details.get("phases"), dict) else {}
+        if phases.get("profile_s") is not None:
+            lines.append(f"eval {e.id} profiling took {phases['profile_s']:.2f} s")
+    return lines

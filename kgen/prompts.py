@@ -14,7 +14,10 @@ The variables every template sees (see `prompt_context`):
   baseline       {eager_ms, compile_ms}, each None until timed
   best           the best correct candidates, the promoted best first (kgen.promotion), then fastest
                  first: {id, language, source, idea, runtime_ms, speedup_eager, speedup_compile,
-                 roofline_pct, tied_with (the first's id where within its timing noise, else None)}
+                 roofline_pct, profile (kernel_profile.summary: where its GPU time went, launch
+                 configuration, registers, spills, achieved bandwidth; None untimed), tied_with (the
+                 first's id where within its timing noise, else None)}
+  profiles_note  one line: what the profiles are, or that they are off on this machine (no GPU)
   failures       recent failures, newest first: {id, language, source, idea, outcome, message}
   ideas_that_worked, round_index, correct_count, tried_count
   failure        (repair.j2 only) the failure to fix, as in `failures`
@@ -50,10 +53,11 @@ def _ms(value: Optional[float]) -> str:
     return "not timed" if value is None else f"{fmt.ms(value)} ms"
 
 
-def _candidate_view(c: ScoredCandidate, tied_with: Optional[int] = None) -> dict[str, Any]:
+def _candidate_view(c: ScoredCandidate, profiles: Optional[dict[int, str]] = None,
+                    tied_with: Optional[int] = None) -> dict[str, Any]:
     return {"id": c.id, "language": c.language, "source": c.source, "idea": c.idea, "runtime_ms": c.runtime_ms,
             "speedup_eager": c.speedup_eager, "speedup_compile": c.speedup_compile, "roofline_pct": c.roofline_pct,
-            "tied_with": tied_with}
+            "profile": (profiles or {}).get(c.id), "tied_with": tied_with}
 
 
 def failure_view(c: ScoredCandidate) -> dict[str, Any]:
@@ -95,7 +99,8 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
                      "floor_ms": history.floor_ms,
                      "bound": roof.bound(ceil) if roof is not None and ceil is not None else None},
         "baseline": {"eager_ms": history.baseline_eager_ms, "compile_ms": history.baseline_compile_ms},
-        "best": [_candidate_view(c, history.ties.get(c.id)) for c in history.best],
+        "best": [_candidate_view(c, history.profiles, history.ties.get(c.id)) for c in history.best],
+        "profiles_note": history.profiles_note,
         "failures": [failure_view(c) for c in history.failures],
         "ideas_that_worked": list(history.ideas_that_worked),
         "round_index": round_index,

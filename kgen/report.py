@@ -21,6 +21,7 @@ from kgen.db import Candidate, Database, Evaluation
 from kgen.errors import KgenError
 from kgen.fmt import Column
 from kgen.leaderboard import COLUMNS, RUN_COLUMNS, LeaderboardRow, RunRow, leaderboard, row_cells, run_cells, run_rows
+from kgen.ledger import COST_COLUMNS, cost_cells
 
 # Stacking order, bottom up, and colours (colour-blind-safe where it matters: correct vs the rest).
 OUTCOME_COLORS = {
@@ -285,6 +286,13 @@ def render_html(data: ReportData, db_url: str) -> str:
         parts.append(_table(RUN_COLUMNS, [run_cells(h.run) for h in data.runs]))
     else:
         parts.append(_note("No runs (the candidates here were evaluated outside a search)."))
+    costs = [h.run.cost for h in data.runs if h.run.cost is not None]
+    if costs:
+        parts.append("<h2>Cost</h2>")
+        parts.append("<p>What each run spent: LLM tokens and seconds, compile seconds, GPU seconds verifying and "
+                     "timing, profiling seconds, and per correct candidate; dollars for tokens where prices are known "
+                     "(kgen search --price-in/--price-out, or KGEN_PRICE_IN/KGEN_PRICE_OUT).</p>")
+        parts.append(_table(COST_COLUMNS, [cost_cells(c) for c in costs]))
 
     untimed = [h for h in data.runs if not h.timed]
     untimed_names = ", ".join(f"run {h.run.run_id}" for h in untimed)

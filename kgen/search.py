@@ -61,6 +61,8 @@ class SearchConfig:
     starters_dir: Optional[str] = None  # the offline proposer's starter kernels (default: beside the problem)
     sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
     baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
+    price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.ledger)
+    price_out: Optional[float] = None
 
     @classmethod
     def from_settings(cls, settings: dict) -> SearchConfig:
@@ -94,7 +96,7 @@ class SearchSummary:
 def no_gpu_note(language: str) -> str:
     """What a search without a GPU says once, at its start."""
     note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
-            "by correctness only.")
+            "by correctness only. Kernel profiles are off (no GPU here).")
     if language != "triton":
         note += (" CUDA candidates are only compiled (with nvcc, where it exists), never run or verified: they are "
                  "reported not_run.")
@@ -116,6 +118,9 @@ def validate(config: SearchConfig) -> None:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
     if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
+    from kgen.ledger import flag_prices
+
+    flag_prices(config.price_in, config.price_out)  # both or neither, each a number 0 or more
     if config.starters_dir is not None and config.proposer != "offline":
         raise KgenError(f"--starters is for the offline proposer (this search uses --proposer {config.proposer})")
 

@@ -19,6 +19,8 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "kgen-cache"))
     monkeypatch.delenv("KGEN_DB", raising=False)
     monkeypatch.delenv("KGEN_DEBUG", raising=False)
+    for name in ("KGEN_PRICE_IN", "KGEN_PRICE_OUT"):  # the caller's token prices would change what costs show
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
 
 

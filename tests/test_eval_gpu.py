@@ -91,6 +91,26 @@ def test_patched_timing_gains_nothing(gpu_results):
     assert patched is not None and patched > 0.5 * honest, (patched, honest)
 
 
+def test_correct_candidates_carry_a_kernel_profile_and_gpu_telemetry(gpu_results):
+    """What the next round's prompt is shown (kgen.kernel_profile) and the GPU's state around the
+    timing (kgen.telemetry, through NVML): recorded for real on this GPU."""
+    from kgen import kernel_profile
+
+    for name, language in (("good_triton_softmax", "triton"), ("cuda_light_softmax", "cuda")):
+        details = gpu_results[name].details
+        profile = details["kernel_profile"]
+        own = [k for k in profile["kernels"] if k["whose"] == "own"]
+        assert own and own[0]["registers"] and own[0]["registers"] > 0 and own[0]["block"], profile
+        assert 0 < profile["achieved"]["bandwidth_pct"] <= 100
+        if language == "triton":
+            assert profile["triton"] and profile["triton"][0]["n_regs"] > 0
+        assert "registers/thread" in kernel_profile.summary(profile)
+        assert details["phases"]["profile_s"] < 5
+        telemetry = details["telemetry"]
+        assert telemetry["before"]["sm_clock_mhz"] > 0 and telemetry["after"]["power_w"] > 0
+        assert isinstance(telemetry["throttled"], bool)
+
+
 def test_gpu_memory_is_shared_not_copied(gpu_results):
     memory = gpu_results["good_triton_softmax"].details["gpu_memory"]
     assert memory["arena_bytes"] > 0 and memory["judge_peak_bytes"] > 0
@@ -122,6 +142,7 @@ def test_baselines_are_timed_once_and_cached(tmp_path):
     with db.reader() as s:
         rows = s.query(Baseline).all()
     assert len(rows) == 1 and "allow_tf32_cudnn" in rows[0].settings
+    assert rows[0].settings["telemetry"]["eager_ms"]["before"]["sm_clock_mhz"] > 0  # the same telemetry as candidates
 
 
 @pytest.mark.slow

@@ -255,6 +255,8 @@ class Runner:
             warm = torch.cuda.Event(enable_timing=True)
             warm.record()
             torch.cuda.synchronize()
+        if self.cuda and not self.compiling and job.seal:
+            self._warm_profiler()
         if not self.compiling and job.seal:
             import ctypes
 
@@ -268,6 +270,20 @@ class Runner:
         self.models["null"] = _NullModel([torch.empty(r.shape, dtype=getattr(torch, r.dtype), device=self.device)
                                           for r in self.out_regions])
         self.init_inputs = [self._value(v) for v in job.init_inputs]
+
+    def _warm_profiler(self) -> None:
+        """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
+        session, and after the seal no thread can start, so the kernel audit's profile would fail
+        ("Resource temporarily unavailable", seen on the H100)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        os.environ["TEARDOWN_CUPTI"] = "0"  # Kineto would tear CUPTI down after each session, and its threads
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]):
+                self.probe.add_(0)
+                self.sync()
+        except Exception:  # noqa: BLE001 - the audit reports a profiler that cannot run as not available
+            pass
 
     def sync(self) -> None:
         """Wait for all work on the (only) device: the current device is set once, at start."""
@@ -431,7 +447,14 @@ class Runner:
             self.channel.send({"type": "profile", "kernels": None, "error": _tail_of_traceback(e, 3)})
             return
         kernels.sort(key=lambda k: -k["us"])
-        self.channel.send({"type": "profile", "kernels": kernels[:50]})
+        # what the profile feedback reads: each kernel's launch configuration as CUPTI saw it, and
+        # Triton's own register and spill counts (advisory, never part of a verdict)
+        try:
+            launches = _kernel_launches(prof, self.workdir)
+            triton_stats = _triton_stats(sys.modules.get("kgen_candidate"))
+        except BaseException:  # noqa: BLE001 - whatever the candidate's objects raise: a shorter profile
+            launches, triton_stats = [], []
+        self.channel.send({"type": "profile", "kernels": kernels[:50], "launches": launches, "triton": triton_stats})
 
     def ping(self, message: dict[str, Any]) -> None:
         """A reply that costs what a timed run costs besides the forward: on a GPU, a kernel and a
@@ -455,6 +478,67 @@ class Runner:
                 self.channel.send({"type": "bye"})
                 return
             handlers[message["type"]](message)
+
+
+LAUNCH_ARGS = {"grid": "grid", "block": "block", "registers": "registers per thread", "shared_bytes": "shared memory",
+               "occupancy_pct": "est. achieved occupancy %", "blocks_per_sm": "blocks per SM",
+               "warps_per_sm": "warps per SM"}
+
+
+def _kernel_launches(prof: Any, workdir: str) -> list[dict[str, Any]]:
+    """Per device kernel of the profiled forward: launches, GPU time and the launch configuration
+    (grid, block, registers per thread, shared memory, estimated occupancy), from the Kineto trace:
+    key_averages() drops those fields, the Chrome trace keeps them."""
+    import json
+
+    path = os.path.join(workdir, "kgen_profile_trace.json")
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    except Exception:  # noqa: BLE001 - no launch details: the profile says less, nothing fails
+        return []
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    rows: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if not isinstance(event, dict) or event.get("cat") != "kernel":
+            continue
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        name = str(event.get("name", ""))[:300]
+        row = rows.setdefault(name, dict({"name": name, "launches": 0, "us": 0.0},
+                                         **{key: args.get(arg) for key, arg in LAUNCH_ARGS.items()}))
+        row["launches"] += 1
+        row["us"] += float(event.get("dur") or 0.0)
+    return sorted(rows.values(), key=lambda r: -r["us"])[:20]
+
+
+def _triton_stats(module: Any) -> list[dict[str, Any]]:
+    """Registers, spills, shared memory and warps of each Triton kernel the candidate compiled (the
+    compiled kernels sit in each JITFunction's per-device cache)."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:  # noqa: BLE001
+        return []
+    rows: list[dict[str, Any]] = []
+    for obj in list(vars(module).values()) if module is not None else []:
+        fn, hops = obj, 0
+        while not isinstance(fn, JITFunction) and hasattr(fn, "fn") and hops < 4:  # Autotuner, Heuristics
+            fn, hops = fn.fn, hops + 1
+        if not isinstance(fn, JITFunction):
+            continue
+        name = getattr(getattr(fn, "fn", None), "__name__", None) or str(getattr(fn, "__name__", "?"))
+        for caches in list(getattr(fn, "device_caches", {}).values()):
+            cache = caches[0] if isinstance(caches, tuple) and caches else caches
+            for kernel in list(cache.values())[:8] if isinstance(cache, dict) else []:
+                meta = getattr(kernel, "metadata", None)
+                rows.append({"kernel": name, "n_regs": getattr(kernel, "n_regs", None),
+                             "n_spills": getattr(kernel, "n_spills", None),
+                             "shared_bytes": getattr(meta, "shared", None),
+                             "num_warps": getattr(meta, "num_warps", None),
+                             "num_stages": getattr(meta, "num_stages", None)})
+    return rows[:20]
 
 
 def _versions() -> dict[str, Any]:
