@@ -14,7 +14,8 @@ full size); the parameters are put into a cached `ModelNew(*init_inputs)` for th
 `torch.func.functional_call`.
 
 What the kernel runs on is what kgen verified: every tensor on a CUDA device (CPU tensors only under
-TRITON_INTERPRET=1, for a Triton kernel), of the problem's dtype and rank, contiguous; with
+TRITON_INTERPRET=1, for a Triton kernel) that is a GPU kgen found it correct on (VERIFIED_GPUS; any
+GPU when it was verified only under the interpreter), of the problem's dtype and rank, contiguous; with
 `ONLY_VERIFIED_SHAPES = True` set on the module, also exactly the input shapes kgen verified
 (VERIFIED_SHAPES). A call that differs in any of these runs the reference PyTorch code instead (the
 problem's Model, embedded as REFERENCE_SOURCE) and warns once per argument and kind of difference,
@@ -49,7 +50,7 @@ from kgen.errors import KgenError
 
 # Names the exported module adds at its top level; a candidate that defines one of them is refused
 # rather than silently shadowed.
-ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "VERIFIED_SHAPES",
+ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "VERIFIED_SHAPES", "VERIFIED_GPUS",
                "ONLY_VERIFIED_SHAPES", "REFERENCE_SOURCE", "_entry_os", "_entry_torch", "_entry_warnings",
                "_entry_models", "_entry_references", "_entry_warned", "_entry_check_tensor", "_entry_model",
                "_entry_reference", "_entry_fallback", "_entry_call")
@@ -269,8 +270,9 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
                   "ModelNew (same constructor and forward as the reference Model) is here too."]
     lines += [
         f"The kernel runs on {device_note},",
-        "of the dtypes and ranks above, contiguous; any other call runs the reference PyTorch code instead",
-        "(REFERENCE_SOURCE, at the end) with a one-time warning naming what differed."
+        "of the dtypes and ranks above, contiguous, on a GPU in VERIFIED_GPUS (if any); any other call runs the",
+        "reference PyTorch code instead"
+        " (REFERENCE_SOURCE, at the end) with a one-time warning naming what differed."
         + (" Misshapen parameters raise." if params_doc else ""),
         "Other shapes of the same rank run the same kernel but kgen verified only the ones above: test yours"
         + (f" (test_{module_name}.py)" if module_name else "")
@@ -327,6 +329,10 @@ def _entry_check_tensor(name, value, shape, dtype, device, differs):
     if value.device.type != "cuda" and not interpreted:
         hint = " (CPU tensors run the kernel only under TRITON_INTERPRET=1)" if LANGUAGE == "triton" else ""
         differs.append((name, "device", f"{name} is on {value.device}, not a CUDA device{hint}"))
+    elif value.device.type == "cuda" and VERIFIED_GPUS and device is None:  # the others are on the same one
+        gpu = _entry_torch.cuda.get_device_name(value.device)
+        if gpu not in VERIFIED_GPUS:
+            differs.append((name, "device", f"{name} is on {gpu}, verified on {' and '.join(VERIFIED_GPUS)}"))
     got = str(value.dtype).replace("torch.", "")
     if got != dtype:
         differs.append((name, "dtype", f"{name} is {got}, verified {dtype}"))
@@ -425,7 +431,8 @@ def _string_literal(text: str) -> str:
 
 def _entry_point(problem, function: str, input_names: list[str], arg_names: list[str],
                  param_specs: list[tuple[str, tuple[int, ...], str]], language: str,
-                 verified_shapes: list[list[tuple[int, ...]]], reference_source: str) -> str:
+                 verified_shapes: list[list[tuple[int, ...]]], verified_gpus: list[str],
+                 reference_source: str) -> str:
     import torch
 
     with torch.device("meta"):
@@ -456,6 +463,9 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
         "# the kernel too, untested by kgen; set ONLY_VERIFIED_SHAPES = True to run the reference on them instead.",
         f"VERIFIED_SHAPES = {verified_shapes!r}",
         "ONLY_VERIFIED_SHAPES = False",
+        "# The GPUs kgen found the kernel correct on: CUDA tensors on another GPU run the reference (none listed: the",
+        "# kernel was verified only under Triton's interpreter, and runs on any GPU).",
+        f"VERIFIED_GPUS = {verified_gpus!r}",
         ENTRY_HELPERS.rstrip(),
         "",
         "",
@@ -652,6 +662,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
                             "are exported")
         run = s.get(Run, cand.run_id) if cand.run_id is not None else None
         verified_sizes = {e.size for e in cand.evaluations if e.outcome == "correct"}
+        verified_gpus = {e.device for e in cand.evaluations if e.outcome == "correct" and e.device != "cpu"}
         s.expunge_all()
 
     notes: list[str] = []
@@ -682,6 +693,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     if export_check == NO_GPU:
         notes.append(f"{NO_GPU} (kgen verified it on {ev.device}); the module's docstring says so")
     sizes = verified_sizes | ({"full"} if reverified_on else set())
+    verified_gpus = sorted(verified_gpus | ({reverified_on} if reverified_on else set()))
     verified_shapes = [[tuple(x.shape) for x in problem.input_specs() if hasattr(x, "shape")]
                        for problem in (small, full) if problem.size in sizes]
 
@@ -695,7 +707,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     if body.future_imports:
         text += "\n".join(body.future_imports) + "\n"
     text += "\n" + body.code + _entry_point(full, function, input_names, arg_names, param_specs, language,
-                                            verified_shapes, full.sized_source)
+                                            verified_shapes, verified_gpus, full.sized_source)
     try:
         compile(text, str(out_path), "exec")
     except SyntaxError as e:

@@ -278,7 +278,7 @@ def test_on_a_gpu_a_candidate_still_correct_is_exported_with_what_the_judge_foun
     assert f"on export     re-verified on NVIDIA H200 {today}: correct, max error 2.50e-07 (full size, rtol 1e-05)" \
         in ast.get_docstring(ast.parse(text))
     # verified at the small size (on the CPU) and now at the full size (on this GPU)
-    assert "VERIFIED_SHAPES = [[(64, 1000)], [(4096, 65536)]]" in text
+    assert "VERIFIED_SHAPES = [[(64, 1000)], [(4096, 65536)]]" in text and "VERIFIED_GPUS = ['NVIDIA H200']" in text
     asked.clear()
     main(["export", str(ids["cpu_first"]), "-o", str(out_dir / "sm.py"), "--no-verify", "--db", str(path)])
     assert asked == [] and "not re-verified on export (--no-verify)" in (out_dir / "sm.py").read_text()
@@ -314,6 +314,23 @@ def test_on_a_real_gpu_the_export_re_verifies_and_refuses_a_wrong_kernel(tmp_pat
     device = torch.cuda.get_device_name(0)
     assert f"re-verified correct on {device}" in r.stdout
     assert f"on export     re-verified on {device} " in (out_dir / "good.py").read_text()
+    snippet = textwrap.dedent("""
+        import warnings, torch
+        import good
+        x = torch.randn(512, 3000, device="cuda")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = good.softmax(x)  # this GPU, which the export re-verified it on: the kernel, no warning
+            print("kernel:", len(caught), bool(good._entry_models), torch.allclose(y, torch.softmax(x, 1), atol=1e-6))
+            good.VERIFIED_GPUS = ["Some Other GPU"]  # as if this were not a GPU it was verified on
+            y = good.softmax(x)
+            print("reference:", len(caught), torch.equal(y, torch.softmax(x, 1)))
+            print("said:", caught[-1].message)
+    """)
+    result = run_isolated(out_dir, "exec", snippet, interpret=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kernel: 0 True True" in result.stdout and "reference: 1 True" in result.stdout, result.stdout
+    assert f"x is on {device}, verified on Some Other GPU" in result.stdout
     r = run_kgen("export", str(ids["bad"]), "-o", str(out_dir / "bad.py"), *database)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"candidate {ids['bad']} is not correct on this GPU ({device}), so it is not exported: incorrect" \
