@@ -544,15 +544,20 @@ def export_cmd(
     out: str = typer.Option(..., "--out", "-o", metavar="FILE.py", help="The module to write, e.g. softmax_kernel.py."),
     with_test: bool = typer.Option(False, "--with-test", help="Also write test_<module>.py, a pytest file that "
                                                               "checks it against the reference."),
+    no_verify: bool = typer.Option(False, "--no-verify", help="On a GPU, skip re-running it through the judge "
+                                                              "first (the module's docstring says so)."),
+    aot: bool = typer.Option(False, "--aot", help="Carry the compiled kernels (not supported yet)."),
+    no_sandbox: bool = NoSandboxOption,
     db: Optional[str] = DbOption,
 ) -> None:
-    """Write a candidate as a module that needs no kgen."""
+    """Write a candidate as a module that needs no kgen (on a GPU, once the judge finds it still correct there)."""
     from kgen.db import open_db
     from kgen.export import export_candidate
 
     database = open_db(db, read_only=True)
     try:
-        written = export_candidate(database, target, out, with_test=with_test)
+        written = export_candidate(database, target, out, with_test=with_test, verify=not no_verify, aot=aot,
+                                   sandbox="none" if no_sandbox else "bwrap")
     finally:
         database.close()
     for line in written.summary_lines():

@@ -11,9 +11,22 @@ the problem that takes the forward's inputs and then the reference module's para
 
 `init_inputs` are the constructor arguments (the problem's `get_init_inputs()`, defaulting to its
 full size); the parameters are put into a cached `ModelNew(*init_inputs)` for the call with
-`torch.func.functional_call`. Every call first checks what kgen's verification assumed: tensors on a
-CUDA device (CPU only under TRITON_INTERPRET=1), the problem's dtypes, contiguous, the problem's
-rank, parameters shaped as the module built from `init_inputs` has them.
+`torch.func.functional_call`.
+
+What the kernel runs on is what kgen verified: every tensor on a CUDA device (CPU tensors only under
+TRITON_INTERPRET=1, for a Triton kernel) that is a GPU kgen found it correct on (VERIFIED_GPUS; any
+GPU when it was verified only under the interpreter), of the problem's dtype and rank, contiguous; with
+`ONLY_VERIFIED_SHAPES = True` set on the module, also exactly the input shapes kgen verified
+(VERIFIED_SHAPES). A call that differs in any of these runs the reference PyTorch code instead (the
+problem's Model, embedded as REFERENCE_SOURCE) and warns once per argument and kind of difference,
+naming it. A call that is wrong for the reference too still raises: an argument that is not a tensor,
+tensors on different devices, parameters not shaped as the module built from `init_inputs` has them
+(and a wrong number of arguments, as Python raises for any function).
+
+Re-verification: on a machine with a CUDA GPU, the export first runs the candidate through the judge
+on that GPU at the full size, with the tolerance kgen verified it at, and refuses (KgenError) unless
+it is still correct there; the docstring says what was found, or why it was not re-verified (no GPU
+on the exporting machine, or --no-verify).
 
 `--with-test` writes `test_<module>.py` beside it: the reference source embedded (full size on a GPU,
 small size on CPU under Triton's interpreter), checked on fresh random inputs with the tolerance kgen
@@ -37,8 +50,10 @@ from kgen.errors import KgenError
 
 # Names the exported module adds at its top level; a candidate that defines one of them is refused
 # rather than silently shadowed.
-ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "_entry_os", "_entry_torch",
-               "_entry_models", "_entry_check_tensor", "_entry_model", "_entry_call")
+ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "VERIFIED_SHAPES", "VERIFIED_GPUS",
+               "ONLY_VERIFIED_SHAPES", "REFERENCE_SOURCE", "_entry_os", "_entry_torch", "_entry_warnings",
+               "_entry_models", "_entry_references", "_entry_warned", "_entry_check_tensor", "_entry_model",
+               "_entry_reference", "_entry_fallback", "_entry_call")
 LANGUAGE_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
 DEFAULT_RTOL = 1e-5  # fp32, as the evaluator verifies when the evaluation did not record its own
 DEFAULT_ATOL = 1e-5
@@ -56,11 +71,13 @@ class Exported:
     device: str
     speedup_eager: Optional[float]
     notes: list[str]
+    reverified_on: Optional[str] = None  # this GPU, where the export found it still correct
 
     def summary_lines(self) -> list[str]:
         speed = f", {self.speedup_eager:.2f}x vs eager" if self.speedup_eager is not None else ""
+        again = f", re-verified correct on {self.reverified_on}" if self.reverified_on else ""
         lines = [f"wrote {self.module_path}: candidate {self.candidate_id} ({self.language}, verified on "
-                 f"{self.device}{speed}); call {self.module_path.stem}.{self.function}(...)"]
+                 f"{self.device}{speed}{again}); call {self.module_path.stem}.{self.function}(...)"]
         if self.test_path is not None:
             lines.append(f"wrote {self.test_path}: pytest {self.test_path.name}")
         return lines + [f"note: {n}" for n in self.notes]
@@ -224,7 +241,7 @@ def _function_name(problem_name: str, body: _Body) -> str:
 
 def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
                 rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
-                verified_doc: str, params_doc: str) -> str:
+                verified_doc: str, params_doc: str, export_check: str) -> str:
     def when_ms(ms, speedup):
         return f"{fmt.ms(ms)} ms ({fmt.speedup(speedup)} faster)" if ms is not None else "not timed"
 
@@ -252,10 +269,14 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
                   "`init_inputs=` gives other constructor arguments (default: INIT_INPUTS, the problem's).",
                   "ModelNew (same constructor and forward as the reference Model) is here too."]
     lines += [
-        f"Checked on every call: {device_note}, the dtypes above, contiguous, the rank above"
-        + (", parameter shapes." if params_doc else "."),
-        "Other shapes run the same kernel but kgen verified only the ones above: test yours"
-        + (f" (test_{module_name}.py)." if module_name else "."),
+        f"The kernel runs on {device_note},",
+        "of the dtypes and ranks above, contiguous, on a GPU in VERIFIED_GPUS (if any); any other call runs the",
+        "reference PyTorch code instead"
+        " (REFERENCE_SOURCE, at the end) with a one-time warning naming what differed."
+        + (" Misshapen parameters raise." if params_doc else ""),
+        "Other shapes of the same rank run the same kernel but kgen verified only the ones above: test yours"
+        + (f" (test_{module_name}.py)" if module_name else "")
+        + ", or set ONLY_VERIFIED_SHAPES = True.",
         "",
         "Provenance:",
         f"    problem       {problem.name} ({problem.path.name}, evaluated at the {ev.size} size)",
@@ -275,6 +296,7 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
         f"    tolerance     rtol {rtol:g}, atol {atol:g}"
         + (f" (max abs err {ev.max_abs_err:.2e})" if ev.max_abs_err is not None else ""),
         f"    torch ops     {', '.join(ev.torch_ops) if ev.torch_ops else 'none (all work in its own kernels)'}",
+        f"    on export     {export_check}",
         f"    exported      {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by kgen {__version__}",
     ]
     if run is not None and run.kgen_version:
@@ -287,27 +309,38 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
 
 ENTRY_HELPERS = '''
 import os as _entry_os
+import warnings as _entry_warnings
 
 import torch as _entry_torch
 
 _entry_models = {}
+_entry_references = {}
+_entry_warned = set()
 
 
-def _entry_check_tensor(name, value, rank, dtype, device):
+def _entry_check_tensor(name, value, shape, dtype, device, differs):
+    """Raise where the call is wrong for the reference too; note in `differs` where it is only not
+    what kgen verified the kernel on. Returns the device the tensors are on."""
     if not isinstance(value, _entry_torch.Tensor):
         raise TypeError(f"{PROBLEM}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    interpreted = LANGUAGE == "triton" and _entry_os.environ.get("TRITON_INTERPRET") == "1"
-    if value.device.type != "cuda" and not interpreted:
-        hint = " (CPU tensors only under TRITON_INTERPRET=1)" if LANGUAGE == "triton" else ""
-        raise ValueError(f"{PROBLEM}: {name} must be on a CUDA device, got {value.device}{hint}")
     if device is not None and value.device != device:
         raise ValueError(f"{PROBLEM}: {name} is on {value.device}, the other tensors on {device}")
-    if value.dtype != getattr(_entry_torch, dtype):
-        raise ValueError(f"{PROBLEM}: {name} must be {dtype}, got {str(value.dtype).replace('torch.', '')}")
-    if value.dim() != rank:
-        raise ValueError(f"{PROBLEM}: {name} must be {rank}-D, got shape {tuple(value.shape)}")
+    interpreted = LANGUAGE == "triton" and _entry_os.environ.get("TRITON_INTERPRET") == "1"
+    if value.device.type != "cuda" and not interpreted:
+        hint = " (CPU tensors run the kernel only under TRITON_INTERPRET=1)" if LANGUAGE == "triton" else ""
+        differs.append((name, "device", f"{name} is on {value.device}, not a CUDA device{hint}"))
+    elif value.device.type == "cuda" and VERIFIED_GPUS and device is None:  # the others are on the same one
+        gpu = _entry_torch.cuda.get_device_name(value.device)
+        if gpu not in VERIFIED_GPUS:
+            differs.append((name, "device", f"{name} is on {gpu}, verified on {' and '.join(VERIFIED_GPUS)}"))
+    got = str(value.dtype).replace("torch.", "")
+    if got != dtype:
+        differs.append((name, "dtype", f"{name} is {got}, verified {dtype}"))
+    if value.dim() != len(shape):
+        differs.append((name, "rank", f"{name} is {value.dim()}-D (shape {tuple(value.shape)}), verified "
+                                      f"{len(shape)}-D"))
     if not value.is_contiguous():
-        raise ValueError(f"{PROBLEM}: {name} must be contiguous (call .contiguous() first)")
+        differs.append((name, "layout", f"{name} is not contiguous (call .contiguous() to run the kernel)"))
     return value.device
 
 
@@ -319,13 +352,57 @@ def _entry_model(init_inputs, device):
     return _entry_models[key]
 
 
+def _entry_reference(init_inputs, device):
+    """The reference Model(*init_inputs), from REFERENCE_SOURCE, on `device`."""
+    if "namespace" not in _entry_references:
+        namespace = {"__name__": f"{__name__}_reference"}
+        exec(compile(REFERENCE_SOURCE, f"<{PROBLEM} reference>", "exec"), namespace)
+        _entry_references["namespace"] = namespace
+    key = (repr(init_inputs), str(device))
+    if key not in _entry_references:
+        with _entry_torch.device(device):
+            _entry_references[key] = _entry_references["namespace"]["Model"](*init_inputs).eval()
+    return _entry_references[key]
+
+
+def _entry_fallback(inputs, parameters, init_inputs, device, differs):
+    """The reference PyTorch code on a call kgen did not verify the kernel for; one warning per
+    argument and kind of difference."""
+    new = [text for name, kind, text in differs if (name, kind) not in _entry_warned]
+    _entry_warned.update((name, kind) for name, kind, _ in differs)
+    if new:
+        _entry_warnings.warn(f"{PROBLEM}: running the reference PyTorch code, not the kernel: " + "; ".join(new)
+                             + " (warned once each)", stacklevel=4)
+    model = _entry_reference(init_inputs, device or "cpu")
+    own = dict(model.named_parameters())
+    swapped = {}
+    for (arg, name, _, _), value in zip(PARAMETERS, parameters):
+        if tuple(value.shape) != tuple(own[name].shape):
+            raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[name].shape)} for init_inputs "
+                             f"{init_inputs}, got {tuple(value.shape)} (pass init_inputs= for another configuration)")
+        swapped[name] = value
+    with _entry_torch.no_grad():
+        if swapped:
+            return _entry_torch.func.functional_call(model, swapped, tuple(inputs))
+        return model(*inputs)
+
+
 def _entry_call(inputs, parameters, init_inputs):
-    """Check the inputs and parameters, then run ModelNew(*init_inputs) on them."""
+    """Check the inputs and parameters, then run ModelNew(*init_inputs) on them, or the reference
+    where they are not what kgen verified the kernel on."""
     device = None
+    differs = []
     for (name, shape, dtype), value in zip(INPUTS, inputs):
         if dtype is not None:
-            device = _entry_check_tensor(name, value, len(shape), dtype, device)
+            device = _entry_check_tensor(name, value, shape, dtype, device, differs)
+    for (arg, _, shape, dtype), value in zip(PARAMETERS, parameters):
+        device = _entry_check_tensor(arg, value, shape, dtype, device, differs)
+    shapes = [tuple(v.shape) for (_, _, dtype), v in zip(INPUTS, inputs) if dtype is not None]
+    if ONLY_VERIFIED_SHAPES and not differs and shapes not in [list(map(tuple, s)) for s in VERIFIED_SHAPES]:
+        differs.append(("inputs", "shape", f"input shapes {shapes} are not among VERIFIED_SHAPES"))
     init_inputs = list(INIT_INPUTS if init_inputs is None else init_inputs)
+    if differs:
+        return _entry_fallback(inputs, parameters, init_inputs, device, differs)
     model = _entry_model(init_inputs, device or "cpu")
     own = dict(model.named_parameters())
     if len(own) != len(PARAMETERS):
@@ -333,8 +410,7 @@ def _entry_call(inputs, parameters, init_inputs):
     # by the reference's names; by position where ModelNew names them otherwise
     targets = [name for _, name, _, _ in PARAMETERS] if set(own) == {n for _, n, _, _ in PARAMETERS} else list(own)
     swapped = {}
-    for (arg, _, _, dtype), target, value in zip(PARAMETERS, targets, parameters):
-        device = _entry_check_tensor(arg, value, own[target].dim(), dtype, device)
+    for (arg, _, _, _), target, value in zip(PARAMETERS, targets, parameters):
         if tuple(value.shape) != tuple(own[target].shape):
             raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[target].shape)} for init_inputs "
                              f"{init_inputs}, got {tuple(value.shape)} (pass init_inputs= for another configuration)")
@@ -346,8 +422,17 @@ def _entry_call(inputs, parameters, init_inputs):
 '''
 
 
+def _string_literal(text: str) -> str:
+    """`text` as a readable triple-quoted literal where that is exact, else as repr()."""
+    if "\\" not in text and "'''" not in text and not text.endswith("'"):
+        return "'''\\\n" + text + "'''"
+    return repr(text)
+
+
 def _entry_point(problem, function: str, input_names: list[str], arg_names: list[str],
-                 param_specs: list[tuple[str, tuple[int, ...], str]], language: str) -> str:
+                 param_specs: list[tuple[str, tuple[int, ...], str]], language: str,
+                 verified_shapes: list[list[tuple[int, ...]]], verified_gpus: list[str],
+                 reference_source: str) -> str:
     import torch
 
     with torch.device("meta"):
@@ -374,14 +459,26 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
         "# The reference module's parameters, in the order the entry point takes them:",
         "# (argument, name in the module, shape at the full size, dtype).",
         f"PARAMETERS = {[(a, n, s, d) for a, (n, s, d) in zip(arg_names, param_specs)]!r}",
+        "# The input tensors' shapes at each size kgen verified the kernel at. Other shapes of the same rank run",
+        "# the kernel too, untested by kgen; set ONLY_VERIFIED_SHAPES = True to run the reference on them instead.",
+        f"VERIFIED_SHAPES = {verified_shapes!r}",
+        "ONLY_VERIFIED_SHAPES = False",
+        "# The GPUs kgen found the kernel correct on: CUDA tensors on another GPU run the reference (none listed: the",
+        "# kernel was verified only under Triton's interpreter, and runs on any GPU).",
+        f"VERIFIED_GPUS = {verified_gpus!r}",
         ENTRY_HELPERS.rstrip(),
         "",
         "",
         f"def {function}({', '.join(input_names)}{params_sig}, *, init_inputs=None):",
         f'    """{problem.name} on the exported kernel: the reference Model(*init_inputs)({", ".join(input_names)})'
         + (f" with parameters {', '.join(arg_names)}." if arg_names else ".")
-        + f"\n\n    {doc_inputs}; checked first (ValueError/TypeError otherwise).\n    \"\"\"",
+        + f"\n\n    {doc_inputs}. Other devices, dtypes, ranks or layouts run the reference (one warning);"
+        "\n    a non-tensor argument or misshapen parameters raise TypeError/ValueError.\n    \"\"\"",
         f"    return _entry_call([{', '.join(input_names)}], [{', '.join(arg_names)}], init_inputs)",
+        "",
+        "",
+        "# The reference (the problem's file at its full size): what a call kgen did not verify the kernel for runs.",
+        f"REFERENCE_SOURCE = {_string_literal(reference_source)}",
         "",
     ])
 
@@ -470,31 +567,83 @@ def test_matches_the_reference_on_fresh_random_inputs(seed):
             assert torch.equal(x, b), "the kernel changed its input"
 
 
-def test_rejects_an_input_of_the_wrong_dtype():
-    _skip_without_toolchain()
+def _falls_back(wrong, params, init_inputs, model, match):
+    """The exported function on a call kgen did not verify: the reference's result, one warning."""
+    with torch.no_grad():
+        expected = _outputs(model(*wrong))
+    with pytest.warns(UserWarning, match=match) as caught:
+        got = _outputs(exported.{function}(*wrong, *params, init_inputs=init_inputs))
+    assert len([w for w in caught if "running the reference" in str(w.message)]) == 1
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=RTOL, atol=ATOL)
+
+
+def test_runs_the_reference_on_another_dtype():
     model, inputs, init_inputs = _setup(0)
+    model = model.double()  # all of it in float64: the reference accepts that, the kernel was not verified on it
     params = [p.detach() for p in model.parameters()]
-    first = next(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point())
-    wrong = list(inputs)
-    wrong[first] = inputs[first].to(torch.float64)
-    with pytest.raises(ValueError, match="must be"):
-        exported.{function}(*wrong, *params, init_inputs=init_inputs)
+    wrong = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    _falls_back(wrong, params, init_inputs, model, "float64")
 
 
-def test_rejects_a_non_contiguous_input():
-    _skip_without_toolchain()
+def test_runs_the_reference_on_a_non_contiguous_input():
     model, inputs, init_inputs = _setup(0)
     params = [p.detach() for p in model.parameters()]
     first = next(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 2)
     wrong = list(inputs)
     wrong[first] = inputs[first].transpose(-1, -2).contiguous().transpose(-1, -2)
-    with pytest.raises(ValueError, match="contiguous"):
-        exported.{function}(*wrong, *params, init_inputs=init_inputs)
+    _falls_back(wrong, params, init_inputs, model, "contiguous")
 '''
 
 
-def export_candidate(db: Database, target: str, out: str | Path, *, with_test: bool = False) -> Exported:
-    """Write candidate `target` (an id, or a problem name → its winner on this device) to `out`."""
+NO_GPU = "not re-verified: no GPU on the exporting machine"
+NO_VERIFY = "not re-verified on export (--no-verify)"
+AOT_NOT_SUPPORTED = ("--aot is not supported yet: the exported module compiles its kernels on first use "
+                     "(Triton) or at import (CUDA C++)")
+
+
+def gpu_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def reverify(problem, source: str, rtol: Optional[float], sandbox: str):
+    """The candidate through the judge on this machine's GPU, at `problem`'s size and the tolerance
+    kgen verified it at; the judge's EvalResult."""
+    from kgen.evaluate import evaluate_candidate
+    from kgen.records import EvalSettings
+
+    # correctness is the question here, not speed: a short timing, enough for the judge's own checks
+    return evaluate_candidate(problem, source, EvalSettings(device="cuda", size=problem.size, rtol=rtol,
+                                                            sandbox=sandbox, min_timed_runs=20, min_timed_s=0.1))
+
+
+def _export_check(cand: Candidate, full, rtol: Optional[float], verify: bool,
+                  sandbox: str) -> tuple[str, Optional[str]]:
+    """What the export found on this machine (the docstring's line) and the GPU it re-verified the
+    candidate on at the full size, if it did; raises KgenError when the candidate is no longer correct here."""
+    if not verify:
+        return NO_VERIFY, None
+    if not gpu_available():
+        return NO_GPU, None
+    result = reverify(full, cand.source, rtol, sandbox)
+    if result.outcome != "correct":
+        why = (result.message or "").strip().splitlines()
+        why = f": {why[0][:200]}" if why else ""
+        raise KgenError(f"candidate {cand.id} is not correct on this GPU ({result.device}), so it is not exported: "
+                        f"{result.outcome}{why} (--no-verify exports it anyway)")
+    error = f"max error {result.max_abs_err:.2e}" if result.max_abs_err is not None else "max error not recorded"
+    return (f"re-verified on {result.device} {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}: correct, {error} "
+            f"(full size, rtol {fmt.tol(result.rtol)})"), result.device
+
+
+def export_candidate(db: Database, target: str, out: str | Path, *, with_test: bool = False, verify: bool = True,
+                     aot: bool = False, sandbox: str = "bwrap") -> Exported:
+    """Write candidate `target` (an id, or a problem name → its winner on this device) to `out`; on a
+    machine with a GPU, only once the judge found it still correct there (unless `verify` is False)."""
+    if aot:
+        raise KgenError(AOT_NOT_SUPPORTED)
     out_path = Path(out).expanduser()
     if out_path.suffix != ".py" or not out_path.stem.isidentifier() or keyword.iskeyword(out_path.stem):
         raise KgenError(f"-o must name an importable Python file (like softmax_kernel.py), got '{out}'")
@@ -512,6 +661,8 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
             raise KgenError(f"candidate {candidate_id} has no correct evaluation ({why}); only correct candidates "
                             "are exported")
         run = s.get(Run, cand.run_id) if cand.run_id is not None else None
+        verified_sizes = {e.size for e in cand.evaluations if e.outcome == "correct"}
+        verified_gpus = {e.device for e in cand.evaluations if e.outcome == "correct" and e.device != "cpu"}
         s.expunge_all()
 
     notes: list[str] = []
@@ -538,17 +689,25 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     arg_names = _argument_names([n for n, _, _ in param_specs], set(input_names))
     rtol = ev.rtol if ev.rtol is not None else DEFAULT_RTOL
     atol = ev.atol if ev.atol is not None else DEFAULT_ATOL
+    export_check, reverified_on = _export_check(cand, full, ev.rtol, verify, sandbox)
+    if export_check == NO_GPU:
+        notes.append(f"{NO_GPU} (kgen verified it on {ev.device}); the module's docstring says so")
+    sizes = verified_sizes | ({"full"} if reverified_on else set())
+    verified_gpus = sorted(verified_gpus | ({reverified_on} if reverified_on else set()))
+    verified_shapes = [[tuple(x.shape) for x in problem.input_specs() if hasattr(x, "shape")]
+                       for problem in (small, full) if problem.size in sizes]
 
     shape_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, full.input_specs()))
     params_doc = ", ".join(f"{a} {'x'.join(map(str, shape))} {dtype}" for a, (_, shape, dtype)
                            in zip(arg_names, param_specs))
     verified_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, evaluated.input_specs()))
     doc = _provenance(cand, ev, run, evaluated, function, out_path.stem, rtol, atol, body, language,
-                      ", ".join(input_names + arg_names), shape_doc, verified_doc, params_doc)
+                      ", ".join(input_names + arg_names), shape_doc, verified_doc, params_doc, export_check)
     text = doc
     if body.future_imports:
         text += "\n".join(body.future_imports) + "\n"
-    text += "\n" + body.code + _entry_point(full, function, input_names, arg_names, param_specs, language)
+    text += "\n" + body.code + _entry_point(full, function, input_names, arg_names, param_specs, language,
+                                            verified_shapes, verified_gpus, full.sized_source)
     try:
         compile(text, str(out_path), "exec")
     except SyntaxError as e:
@@ -563,4 +722,5 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
             module=out_path.stem, problem=full.name, problem_ident=re.sub(r"\W", "_", full.name), function=function,
             rtol=rtol, atol=atol, full=full.sized_source, small=small.sized_source))
     return Exported(module_path=out_path, test_path=test_path, candidate_id=cand.id, function=function,
-                    language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes)
+                    language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes,
+                    reverified_on=reverified_on)
