@@ -475,7 +475,7 @@ def profile_lines(evaluations) -> list[str]:
         profile = details.get("kernel_profile")
         text = kernel_profile.summary(profile)
         if text:
-            lines.append(f"eval {e.id} kernel profile ({profile.get('source', 'CUPTI')}): {text}; "
+            lines.append(f"eval {e.id} kernel profile: {text}; "
                          f"{profile.get('stalls_note') or kernel_profile.STALLS_NOTE}")
         if "telemetry" in details:
             lines.append(f"eval {e.id} GPU during timing: {telemetry.summary(details.get('telemetry'))}")
