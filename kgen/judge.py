@@ -65,7 +65,7 @@ L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
 WARMUP_MAX_S = 2.0
 MAX_RUNS = 10_000
-MAX_TIMED_S = 1.5  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
+MAX_TIMED_S = 1.0  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
 CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
 WATCHED_SHARE, WATCHED_SLACK_MS = 0.7, 0.05  # timed median this far below the profiled forward's kernels: suspicious
@@ -170,7 +170,12 @@ class SpareRunners:
     candidate's timing, never during it). Every candidate still gets processes, directories and a
     channel no other candidate has touched."""
 
-    def __init__(self, mode: SandboxMode, depth: int = 2):
+    # per kind: an evaluation takes two `run` processes (the candidate's and the reference runner) and
+    # one `compile`; a process needs 5-8 s to import torch in the sandbox on the H100 box, longer than a
+    # Triton candidate's whole evaluation, so `run` spares start two evaluations ahead
+    DEPTH = {"run": 4, "compile": 2}
+
+    def __init__(self, mode: SandboxMode, depth: Optional[int] = None):
         self.mode = mode
         self.depth = depth
         self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
@@ -184,7 +189,8 @@ class SpareRunners:
                 slot.close()
                 slot = None
         fresh = slot or start_process(device, self.mode, kind)
-        while len(queue) < self.depth:
+        depth = self.depth if self.depth is not None else self.DEPTH.get(kind, 2) if device != "cpu" else 2
+        while len(queue) < depth:  # on a CPU the interpreter's evaluations are long: two spares keep up
             try:
                 queue.append(start_process(device, self.mode, kind))
             except HarnessFault:
