@@ -41,7 +41,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 
@@ -173,7 +173,7 @@ class SpareRunners:
     # per kind: an evaluation takes two `run` processes (the candidate's and the reference runner) and
     # one `compile`; a process needs 5-8 s to import torch in the sandbox on the H100 box, longer than a
     # Triton candidate's whole evaluation, so `run` spares start two evaluations ahead
-    DEPTH = {"run": 4, "compile": 2}
+    DEPTH: ClassVar[dict[str, int]] = {"run": 4, "compile": 2}
 
     def __init__(self, mode: SandboxMode, depth: Optional[int] = None):
         self.mode = mode
