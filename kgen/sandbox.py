@@ -401,6 +401,14 @@ class SandboxedProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP (or SIGCONT) it and everything it started: a spare kept waiting must not take CPU or
+        GPU time while another candidate is timed."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self) -> None:
         """SIGKILL it and everything it started (bubblewrap takes its PID namespace down with it)."""
         try:

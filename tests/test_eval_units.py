@@ -156,6 +156,39 @@ def test_spares_give_every_candidate_a_process_no_candidate_has_used():
         spares.close()
 
 
+def test_spares_are_stopped_while_a_candidate_is_timed_and_go_on_after():
+    """Every process of a waiting spare's sandbox is stopped (state T) inside `paused()`, and runs again after."""
+    import time
+
+    from kgen.judge import SpareRunners
+    from kgen.sandbox import SandboxMode
+
+    def states(pgid: int) -> set[str]:
+        found = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:  # field 5 of stat: the process group
+                found.add(fields[0])
+        return found
+
+    spares = SpareRunners(SandboxMode.BWRAP, depth=1)
+    try:
+        taken = spares.take("cpu")
+        (waiting,) = spares.spares[("cpu", "run")]
+        pgid = waiting.process.proc.pid
+        with spares.paused():
+            time.sleep(0.2)
+            assert states(pgid) == {"T"}
+        time.sleep(0.2)
+        assert states(pgid) and "T" not in states(pgid)
+        taken.close()
+    finally:
+        spares.close()
+
+
 def test_build_key_depends_on_everything_a_build_does():
     spec = {"cuda_sources": ["__global__ void k() {}"], "extra_cuda_cflags": ["-O3"]}
     base = build_key(spec, "9.0")
