@@ -16,10 +16,11 @@ from kgen.errors import KgenError
 from kgen.history import History
 from kgen.problems import load_problem
 from kgen.proposers import make_proposer
-from kgen.proposers.compat import normalize_base_url, versioned_alternative
+from kgen.proposers.compat import context_overflow, normalize_base_url, versioned_alternative
 from kgen.proposers.extract import extract_candidate
 from kgen.proposers.openai_proposer import RetryPolicy
 
+from conftest import run_kgen
 from llm_server import Reply, ScriptedLLMServer
 
 FENCED = f"Idea: online softmax.\n\n```python\n{SOURCE.rstrip()}\n```\n"
@@ -288,6 +289,26 @@ def test_a_completion_cap_lowers_max_tokens(db, problem):
     assert cand.source
 
 
+@pytest.mark.parametrize("message, window, prompt, cap", [
+    ("This model's maximum context length is 65536 tokens. However, you requested 70000 tokens (61808 in the "
+     "messages, 8192 in the completion). Please reduce the length of the messages or completion.", 65536, 61808, None),
+    ("'max_tokens' or 'max_completion_tokens' is too large: 8192. This model's maximum context length is 4096 tokens "
+     "and your request has 808 input tokens (8192 > 4096 - 808).", 4096, 808, None),  # vLLM 0.10+
+    ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 809 `inputs` tokens and "
+     "8192 `max_new_tokens`", 4096, 809, None),  # TGI (a 422)
+    ('the request exceeds the available context size {"n_prompt_tokens": 14429, "n_ctx": 8192}', 8192, 14429, None),
+    ("input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length",
+     200000, 178959, None),  # Anthropic behind LiteLLM
+    ("max_tokens is too large: 100000. This model supports at most 16384 completion tokens, whereas you provided "
+     "100000.", None, None, 16384),  # OpenAI
+    ("Invalid max_tokens value, the valid range of max_tokens is [1, 8192]", None, None, 8192),  # DeepSeek
+])
+def test_context_errors_as_servers_word_them(message, window, prompt, cap):
+    overflow = context_overflow(message)
+    assert (overflow.window, overflow.prompt_tokens, overflow.completion_cap) == (window, prompt, cap)
+    assert context_overflow("Unsupported parameter: 'max_tokens' is not supported with this model.") is None
+
+
 # --- parameters ---------------------------------------------------------------------------------
 
 def test_a_server_refusing_max_tokens_gets_max_completion_tokens(db, problem):
@@ -297,6 +318,16 @@ def test_a_server_refusing_max_tokens_gets_max_completion_tokens(db, problem):
         [(cand, _, _)] = propose_and_store(db, problem, server)
         last = server.chat_requests()[-1].body
     assert cand.source and last["max_completion_tokens"] == 8192 and "max_tokens" not in last
+
+
+def test_concurrent_requests_all_adapt_even_without_retries(problem):
+    refuse = {"max_tokens": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                            "Use 'max_completion_tokens' instead."}
+    with ScriptedLLMServer(default=Reply.code(SOURCE, delay_s=0.2), refuse_params=refuse) as server:
+        proposals = proposer_for(server, problem, concurrency=4, retry=RetryPolicy(max_retries=0)).propose(
+            problem, History(), 4, 0)
+    assert [p.error for p in proposals] == [None] + ["duplicate: this source (up to comments and blank lines) was "
+                                                     "already proposed"] * 3  # every request got its reply
 
 
 def test_a_server_refusing_both_token_limits_gets_none(db, problem):
@@ -360,6 +391,13 @@ def test_a_server_at_the_root_is_used_there(problem, monkeypatch):
     assert proposal.source
 
 
+def test_a_base_url_without_a_scheme_is_one_clear_line(problem, monkeypatch):
+    monkeypatch.setenv("KGEN_TEST_LLM_KEY", "k")
+    with pytest.raises(KgenError, match=r"needs its scheme: http://localhost:8000/v1 \(or https://\)$"):
+        make_proposer("openai", problem=problem, model="m", base_url="localhost:8000/v1",
+                      api_key_env="KGEN_TEST_LLM_KEY")
+
+
 def test_base_url_forms():
     assert normalize_base_url(" http://h:8000/v1/chat/completions/ ") == "http://h:8000/v1"
     assert normalize_base_url("https://openrouter.ai/api/v1/") == "https://openrouter.ai/api/v1"
@@ -384,3 +422,34 @@ def test_errors_never_hold_the_api_key(db, problem, monkeypatch, caplog):
             make_proposer("openai", problem=problem, model="test-model", base_url=server.base_url,
                           api_key_env="KGEN_TEST_LLM_KEY")
     assert "401" in str(err.value) and SECRET not in str(err.value)
+
+
+# --- the whole search -----------------------------------------------------------------------------
+
+@pytest.mark.slow  # a real search: a local Ray cluster, tens of seconds
+def test_a_search_against_a_quirky_server_finishes_and_stores_what_it_got(tmp_path):
+    """No /models, a root URL, no usage, the answer in reasoning_content, a proxy's 502 page, a prompt
+    too long once: the search runs its round, exit 0, no traceback, each call stored."""
+    script = [Reply.text("OK"),  # the one-token probe that finds the chat route under /v1
+              Reply.html(502), Reply(content=None, usage=False, message_extra={"reasoning_content": FENCED}),
+              Reply.error(400, "This model's maximum context length is 1000 tokens. However, your messages "
+                               "resulted in 1200 tokens. Please reduce the length of the messages.")]
+    db = tmp_path / "results.db"
+    with ScriptedLLMServer(script, models_reply=Reply(status=405, body="Method Not Allowed")) as server:
+        result = run_kgen("search", "--problem", "softmax", "--rounds", "1", "--candidates", "2", "--language",
+                          "triton", "--size", "small", "--proposer", "openai", "--base-url", server.root_url,
+                          "--model", "test-model", "--api-key-env", "KGEN_TEST_LLM_KEY", "--db", str(db), "--quiet",
+                          cwd=tmp_path, env={"KGEN_TEST_LLM_KEY": server.api_key,
+                                             "KGEN_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    database = open_db(str(db), create=False)
+    with database.reader() as s:
+        calls = sorted((c.llm_call for c in s.query(Candidate)), key=lambda c: c.outcome)
+        rows = [(c.outcome, c.tokens_in, c.tokens_out, c.base_url) for c in calls]
+        errors = [c.error for c in calls]
+        attempts = sum(c.attempts for c in calls)
+    database.close()
+    assert rows == [("no_code", None, None, server.base_url), ("ok", None, None, server.base_url)]
+    assert attempts == 3  # the two requests run concurrently: either one met the 502 and retried
+    assert "context length exceeded" in errors[0] and "1200 prompt tokens" in errors[0] and errors[1] is None

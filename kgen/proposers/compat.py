@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from kgen.errors import KgenError
+
 # --- base URLs ----------------------------------------------------------------------------------
 
 _ENDPOINT_SUFFIX = re.compile(r"/(?:chat/completions|completions|models|responses)$")
@@ -28,9 +30,11 @@ _VERSION_SEGMENT = re.compile(r"/v\d+\w*$")
 
 def normalize_base_url(url: Optional[str]) -> Optional[str]:
     """The base URL the openai client wants: no trailing slash, no endpoint path after it (users
-    paste `http://host:8000/v1/chat/completions` from a curl example)."""
+    paste `http://host:8000/v1/chat/completions` from a curl example). No scheme: a KgenError."""
     if url is None or not url.strip():
         return None
+    if "://" not in url:
+        raise KgenError(f"the base URL '{url.strip()}' needs its scheme: http://{url.strip()} (or https://)")
     parts = urlsplit(url.strip())
     path = parts.path.rstrip("/")
     path = _ENDPOINT_SUFFIX.sub("", path).rstrip("/")

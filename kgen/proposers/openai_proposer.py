@@ -65,6 +65,7 @@ CHECK_TIMEOUT_S = 30.0
 # a completion budget lowered to fit the context is never made smaller than this
 MIN_COMPLETION_TOKENS = 256
 CONTEXT_SHRINKS = 2  # per request: once from the server's numbers, once more if they were estimates
+ADAPTATIONS = 3  # per request: max_tokens -> max_completion_tokens -> none, and temperature
 
 
 @dataclass
@@ -114,6 +115,10 @@ class _Retryable(Exception):
         self.retry_after_s = retry_after_s
         self.response = response
         self.unreachable = unreachable
+
+
+class _Adapted(Exception):
+    """The server refused a parameter and the requests no longer send it: retry at once, for free."""
 
 
 class _Final(Exception):
@@ -339,25 +344,30 @@ class OpenAIProposer:
                 args["temperature"] = self.temperature
             return args
 
-    def _adapt_to(self, message: str) -> bool:
+    def _adapt_to(self, message: str, sent: dict[str, Any]) -> bool:
         """Reasoning models refuse max_tokens (they take max_completion_tokens), some servers refuse
-        that too, and temperature: adapt once, and say whether a retry is worth it."""
+        that too, and temperature: stop sending it, and say whether a retry is worth it (also when a
+        concurrent request has already adapted to the same refusal)."""
         text = message.lower()
         refused = _UNSUPPORTED.search(text) is not None
         names_max_tokens = "max_tokens" in text.replace("max_completion_tokens", "")
         with self._params_lock:
-            if self._token_param == "max_tokens" and names_max_tokens and (refused or "max_completion_tokens" in text):
-                self._token_param = "max_completion_tokens"
-            elif self._token_param == "max_completion_tokens" and "max_completion_tokens" in text and refused:
-                self._token_param = None
-            elif "temperature" in text and self._send_temperature:
-                self._send_temperature = False
+            if "max_tokens" in sent and names_max_tokens and (refused or "max_completion_tokens" in text):
+                changed = self._token_param == "max_tokens"
+                self._token_param = "max_completion_tokens" if changed else self._token_param
+            elif "max_completion_tokens" in sent and "max_completion_tokens" in text and refused:
+                changed = self._token_param == "max_completion_tokens"
+                self._token_param = None if changed else self._token_param
+            elif "temperature" in sent and "temperature" in text:
+                changed, self._send_temperature = self._send_temperature, False
             else:
                 return False
-        log.warning("the server refused a parameter (%s); adapting the requests", message)
+        if changed:
+            log.warning("the server refused a parameter (%s); adapting the requests", message)
         return True
 
-    def _failure(self, status: Optional[int], message: str, raw: str, headers: Any) -> Exception:
+    def _failure(self, status: Optional[int], message: str, raw: str, headers: Any,
+                 sent: dict[str, Any]) -> Exception:
         """What an error answer means for this request: an exception to raise."""
         if status not in (401, 403, 404, 429):
             overflow = context_overflow(f"{message} {raw[:2000]}")
@@ -371,31 +381,32 @@ class OpenAIProposer:
             return _Retryable(f"429: {message}", parse_retry_after(headers))
         if status == 404:
             return KgenError(f"unknown model '{self.model}' or wrong base URL at {self.shown_url} (404: {message})")
-        if status in (400, 422) and self._adapt_to(message):
-            return _Retryable(f"{status}: {message} (adapting the request)", retry_after_s=0.0)
+        if status in (400, 422) and self._adapt_to(message, sent):
+            return _Adapted(f"{status}: {message}")
         if status is None or status in RETRY_STATUS or status >= 500:
             label = f"{status}" if status else "error in the reply"
             return _Retryable(f"{label}: {message}", parse_retry_after(headers))
         return _Final(f"{status}: {message}")
 
     def _attempt(self, messages: list[dict[str, str]], limit: int) -> CallResult:
+        sent = self._request_args(limit)
         try:
             raw = self.client.chat.completions.with_raw_response.create(
-                model=self.model, messages=messages, timeout=self.request_timeout_s, **self._request_args(limit))
+                model=self.model, messages=messages, timeout=self.request_timeout_s, **sent)
             text = raw.http_response.text
         except openai.APIStatusError as e:
             try:
                 body_text = e.response.text
             except Exception:  # noqa: BLE001 - an unreadable body: the message is all there is
                 body_text = ""
-            raise self._failure(e.status_code, self._status_message(e), body_text, e.response.headers) from e
+            raise self._failure(e.status_code, self._status_message(e), body_text, e.response.headers, sent) from e
         except openai.APIConnectionError as e:
             raise _Retryable(f"{self._connection_reason(e)} ({self.shown_url})",
                              unreachable=not isinstance(e, openai.APITimeoutError)) from e
         try:
             reply = parse_chat_reply(text)
         except EmbeddedError as e:  # a 200 carrying an error (OpenRouter, some proxies)
-            raise self._failure(e.status, self._redact(str(e)) or "", text, raw.http_response.headers) from e
+            raise self._failure(e.status, self._redact(str(e)) or "", text, raw.http_response.headers, sent) from e
         except UnreadableReply as e:
             raise _Retryable(str(e), response=text) from e
         return CallResult(content=reply.transcript(), truncated=reply.truncated, tokens_in=reply.tokens_in,
@@ -429,8 +440,8 @@ class OpenAIProposer:
         result = CallResult()
         ever_answered = False
         limit = self._completion_limit(messages)
-        shrinks = 0
-        for retry_index in range(self.retry.max_retries + 1 + CONTEXT_SHRINKS):
+        shrinks = adaptations = 0  # retries that cost no backoff and no retry of max_retries
+        for retry_index in range(self.retry.max_retries + 1 + CONTEXT_SHRINKS + ADAPTATIONS):
             if self._stop.is_set():
                 result.error = result.error or "cancelled: another request hit a fatal error"
                 break
@@ -449,15 +460,23 @@ class OpenAIProposer:
                             _one_line(str(e), 160), fitted)
                 limit, shrinks = fitted, shrinks + 1
                 continue
+            except _Adapted as e:
+                result.latency_s = time.monotonic() - start
+                result.error, ever_answered = str(e), True
+                adaptations += 1
+                if adaptations > ADAPTATIONS:
+                    break
+                continue
             except _Retryable as e:
                 result.latency_s = time.monotonic() - start
                 result.error, result.content = str(e), e.response
                 ever_answered = ever_answered or not e.unreachable
-                if retry_index - shrinks >= self.retry.max_retries:
+                retries = retry_index - shrinks - adaptations
+                if retries >= self.retry.max_retries:
                     break
-                delay = self.retry.delay_s(retry_index - shrinks, e.retry_after_s)
-                log.warning("%s; retry %d/%d in %.1f s", self._redact(str(e)), retry_index - shrinks + 1,
-                            self.retry.max_retries, delay)
+                delay = self.retry.delay_s(retries, e.retry_after_s)
+                log.warning("%s; retry %d/%d in %.1f s", self._redact(str(e)), retries + 1, self.retry.max_retries,
+                            delay)
                 self._stop.wait(delay)
                 continue
             except _Final as e:
