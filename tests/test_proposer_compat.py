@@ -238,6 +238,15 @@ def test_an_error_inside_a_200_is_retried_like_its_code(db, problem):
     assert ev.outcome == "no_code" and "Provider returned error" in ev.message and call.attempts == 4
 
 
+def test_a_vllm_style_error_object_inside_a_200_is_understood(db, problem):
+    body = json.dumps({"object": "error", "message": "messages: roles must alternate", "type": "BadRequestError",
+                       "code": 400})
+    with ScriptedLLMServer(default=Reply(body=body)) as server:
+        [(_, call, _)] = propose_and_store(db, problem, server)
+        assert len(server.chat_requests()) == 1  # a 400 in disguise: not retried
+    assert call.error == "400: messages: roles must alternate"
+
+
 def test_an_auth_error_inside_a_200_stops_the_search(problem):
     with ScriptedLLMServer([Reply.error_in_200("User not found.", code=401)]) as server, \
             pytest.raises(KgenError, match="refused the API key"):

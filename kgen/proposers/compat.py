@@ -287,6 +287,8 @@ def _message_texts(message: dict) -> tuple[Optional[str], Optional[str]]:
     """(content, reasoning) of a message or a stream's delta."""
     content = message.get("content")
     reasoning = _text_of(message.get("reasoning_content")) or _text_of(message.get("reasoning"))
+    if isinstance(content, dict):
+        content = _text_of(content)
     if isinstance(content, list):  # content parts; Mistral's reasoning models add "thinking" parts
         said, thought = [], []
         for part in content:
@@ -310,6 +312,8 @@ def _from_json(data: Any) -> ChatReply:
     if not choices and data.get("error"):
         err = data["error"]
         raise EmbeddedError(error_message({"error": err}) or "an error", embedded_status(err))
+    if not choices and (data.get("object") == "error" or data.get("detail")):  # vLLM's or FastAPI's error shape
+        raise EmbeddedError(error_message(data) or "an error", embedded_status(data))
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise UnreadableReply("a reply with no choices" if isinstance(choices, list) or choices is None
                               else "a reply whose choices are not a list")
