@@ -289,6 +289,22 @@ def test_llama_cpp_context_errors_are_understood(db, problem):
     assert call.attempts == 1 and "context length exceeded" in call.error and "context of 200 tokens" in call.error
 
 
+def test_vllms_too_large_max_tokens_is_a_context_error_not_a_refused_parameter(db, problem):
+    too_large = Reply.error(400, "'max_tokens' or 'max_completion_tokens' is too large: 8192. This model's maximum "
+                                 "context length is 4096 tokens and your request has 808 input tokens "
+                                 "(8192 > 4096 - 808).")
+    with ScriptedLLMServer([too_large, Reply.code(SOURCE)]) as server:
+        [(cand, _, _)] = propose_and_store(db, problem, server)
+        retried = server.chat_requests()[1].body
+    assert cand.source and "max_completion_tokens" not in retried and retried["max_tokens"] == 4096 - 808 - 40
+
+
+def test_insufficient_quota_still_stops_the_search(problem):
+    quota = Reply.error(429, "You exceeded your current quota.", code="insufficient_quota")
+    with ScriptedLLMServer([quota]) as server, pytest.raises(KgenError, match="quota exceeded"):
+        proposer_for(server, problem).propose(problem, History(), 1, 0)
+
+
 def test_a_completion_cap_lowers_max_tokens(db, problem):
     cap = Reply.error(400, "max_tokens is too large: 8192. This model supports at most 4096 completion tokens, "
                            "whereas you provided 8192.", code="invalid_value")
