@@ -151,6 +151,11 @@ def test_code_only_inside_a_finished_think_block_is_taken():
     assert extract_candidate(f"<thinking>{FENCED}").source is None  # never finished thinking
 
 
+def test_crlf_line_endings_are_read():
+    got = extract_candidate(FENCED.replace("\n", "\r\n") + "\r\nThat is all.\r\n")
+    assert got.source.strip() == SOURCE.strip() and got.idea == "online softmax."
+
+
 def test_content_as_a_list_of_parts(db, problem):
     parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "hmm"}]},
              {"type": "text", "text": FENCED[:40]}, {"type": "text", "text": FENCED[40:]}]

@@ -54,6 +54,7 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
     reply holds no block defining ModelNew. `truncated`: the server stopped at max tokens."""
     if not reply or not reply.strip():
         return Extracted(None, None, "empty response" + (" (cut off at max_tokens)" if truncated else ""))
+    reply = reply.replace("\r\n", "\n")  # a closing fence followed by \r is still a closing fence
     lone = _LONE_CLOSE.match(reply)
     if lone:  # DeepSeek-R1 and Qwen3 templates open <think> in the prompt: the reply only closes it
         reply = f"<{lone.group(1)}>{reply}"

@@ -65,6 +65,7 @@ CHECK_TIMEOUT_S = 30.0
 # a completion budget lowered to fit the context is never made smaller than this
 MIN_COMPLETION_TOKENS = 256
 CONTEXT_SHRINKS = 2  # per request: once from the server's numbers, once more if they were estimates
+ERROR_MAX_CHARS = 500  # a stored error is one short line
 ADAPTATIONS = 3  # per request: max_tokens -> max_completion_tokens -> none, and temperature
 
 
@@ -489,7 +490,7 @@ class OpenAIProposer:
         result.unreachable = not ever_answered
         if result.attempts > 1 and result.error and not result.error.startswith("context length exceeded"):
             result.error = f"gave up after {result.attempts} attempts: {result.error}"
-        result.error = self._redact(result.error)
+        result.error = self._redact(_one_line(result.error, ERROR_MAX_CHARS) if result.error else None)
         result.content = self._redact(result.content)
         return result
 
