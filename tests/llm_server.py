@@ -11,8 +11,9 @@ and records every request it gets in `server.requests`.
 It also plays what real servers do that the spec does not say (tests/test_proposer_compat.py):
 replies without `usage`, with `reasoning_content`, content parts, odd `finish_reason`s, HTML error
 pages, SSE bodies, errors inside a 200 (Reply's fields and constructors); a /models that is missing
-or odd (`models_reply`), routes without /v1 (`prefix=""`), parameters it refuses (`refuse_params`)
-and a context window it enforces the way vLLM or llama.cpp word it (`context_window`).
+or odd (`models_reply`), routes without /v1 (`prefix=""`), parameters it refuses (`refuse_params`),
+a chat template without a system role (`refuse_system_role`) and a context window it enforces the
+way vLLM or llama.cpp word it (`context_window`).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class ScriptedLLMServer:
                  models: tuple[str, ...] = ("test-model",), api_key: str = "test-key",
                  models_endpoint: bool = True, models_reply: Optional[Reply] = None, prefix: str = "/v1",
                  refuse_params: Optional[dict[str, str]] = None, context_window: Optional[int] = None,
-                 context_style: str = "vllm"):
+                 context_style: str = "vllm", refuse_system_role: bool = False):
         self.script = list(script or [])
         self.default = default or Reply.text("I have nothing to add.")
         self.models = models
@@ -109,6 +110,7 @@ class ScriptedLLMServer:
         self.refuse_params = refuse_params or {}  # a parameter in the request -> the 400's message
         self.context_window = context_window  # tokens (4 characters each), checked like vLLM / llama.cpp
         self.context_style = context_style  # vllm | llamacpp
+        self.refuse_system_role = refuse_system_role
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -221,6 +223,9 @@ class ScriptedLLMServer:
                 refused = next((p for p in server.refuse_params if p in (body or {})), None)
                 if refused is not None:
                     return self._error(400, server.refuse_params[refused], "unsupported_parameter")
+                roles = [m.get("role") for m in (body or {}).get("messages", [])]
+                if "system" in roles and server.refuse_system_role:  # Gemma's chat template, o1-mini
+                    return self._error(400, "System role not supported", "invalid_request")
                 if server.context_window is not None and self._over_context(body or {}):
                     return
                 reply = server._next_reply()

@@ -378,6 +378,15 @@ def test_a_reasoning_model_refusing_temperature_gets_none(db, problem):
     assert cand.source
 
 
+def test_a_template_without_a_system_role_gets_it_folded_into_the_user_message(db, problem):
+    with ScriptedLLMServer([Reply.code(SOURCE)], refuse_system_role=True) as server:
+        [(cand, call, _)] = propose_and_store(db, problem, server)
+        sent = server.chat_requests()[-1].body["messages"]
+    assert cand.source and [m["role"] for m in sent] == ["user"]
+    assert sent[0]["content"] == call.prompt[0]["content"] + "\n\n" + call.prompt[1]["content"]
+    assert [m["role"] for m in call.prompt] == ["system", "user"]  # the stored prompt is the one rendered
+
+
 def test_a_fastapi_422_naming_a_parameter_is_adapted_to(db, problem):
     detail = json.dumps({"detail": [{"type": "extra_forbidden", "loc": ["body", "temperature"],
                                      "msg": "Extra inputs are not permitted"}]})
@@ -388,10 +397,10 @@ def test_a_fastapi_422_naming_a_parameter_is_adapted_to(db, problem):
 
 
 def test_any_other_400_is_not_retried(db, problem):
-    with ScriptedLLMServer(default=Reply.error(400, "messages: invalid role 'system'")) as server:
+    with ScriptedLLMServer(default=Reply.error(400, "messages.1.content: Input should be a valid string")) as server:
         [(_, call, ev)] = propose_and_store(db, problem, server)
         assert len(server.chat_requests()) == 1
-    assert ev.outcome == "no_code" and call.error == "400: messages: invalid role 'system'"
+    assert ev.outcome == "no_code" and call.error == "400: messages.1.content: Input should be a valid string"
 
 
 # --- base URLs ----------------------------------------------------------------------------------

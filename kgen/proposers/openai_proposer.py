@@ -8,7 +8,8 @@ request that still fails after its retries becomes a Proposal with no source and
 as `no_code`; a round in which every request failed to reach the server at all is a KgenError.
 
 Servers differ (kgen/proposers/compat.py reads their replies and errors): a request refused for its
-parameters is adapted once (max_tokens -> max_completion_tokens -> no limit; temperature dropped); one
+parameters is adapted once (max_tokens -> max_completion_tokens -> no limit; temperature dropped; the
+system message folded into the user's for templates without a system role); one
 that does not fit the model's context is retried at once with max_tokens lowered to what fits when the
 server says how much that is, else it fails without retries, the prompt's size in its error. Errors
 stored or raised never hold the API key.
@@ -188,6 +189,7 @@ class OpenAIProposer:
         self._params_lock = threading.Lock()
         self._token_param: Optional[str] = "max_tokens"  # None: the server takes no limit we know of
         self._send_temperature = True
+        self._merge_system = False  # the model's chat template takes no system role (Gemma, o1-mini)
         self._completion_cap: Optional[int] = None  # the model's own cap on completion tokens
         self._context_window: Optional[int] = None  # the model's context, once a server has said it
 
@@ -347,8 +349,9 @@ class OpenAIProposer:
 
     def _adapt_to(self, message: str, sent: dict[str, Any]) -> bool:
         """Reasoning models refuse max_tokens (they take max_completion_tokens), some servers refuse
-        that too, and temperature: stop sending it, and say whether a retry is worth it (also when a
-        concurrent request has already adapted to the same refusal)."""
+        that too, and temperature, and some chat templates a system message: stop sending it, and say
+        whether a retry is worth it (also when a concurrent request has already adapted to the same
+        refusal)."""
         text = message.lower()
         refused = _UNSUPPORTED.search(text) is not None
         names_max_tokens = "max_tokens" in text.replace("max_completion_tokens", "")
@@ -361,6 +364,8 @@ class OpenAIProposer:
                 self._token_param = None if changed else self._token_param
             elif "temperature" in sent and "temperature" in text:
                 changed, self._send_temperature = self._send_temperature, False
+            elif "system" in text and "role" in text and any(m.get("role") == "system" for m in sent["messages"]):
+                changed, self._merge_system = not self._merge_system, True
             else:
                 return False
         if changed:
@@ -389,11 +394,28 @@ class OpenAIProposer:
             return _Retryable(f"{label}: {message}", parse_retry_after(headers))
         return _Final(f"{status}: {message}")
 
+    def _wire_messages(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The messages as this server takes them: the system message folded into the first user
+        message when the model's template has no system role (the stored prompt keeps both)."""
+        with self._params_lock:
+            merge = self._merge_system
+        system = [m["content"] for m in messages if m.get("role") == "system"]
+        if not merge or not system:
+            return messages
+        rest = [dict(m) for m in messages if m.get("role") != "system"]
+        first_user = next((m for m in rest if m.get("role") == "user"), None)
+        if first_user is None:
+            return [{"role": "user", "content": "\n\n".join(system)}, *rest]
+        first_user["content"] = "\n\n".join([*system, first_user["content"]])
+        return rest
+
     def _attempt(self, messages: list[dict[str, str]], limit: int) -> CallResult:
-        sent = self._request_args(limit)
+        args = self._request_args(limit)
+        wire = self._wire_messages(messages)
+        sent = dict(args, messages=wire)
         try:
             raw = self.client.chat.completions.with_raw_response.create(
-                model=self.model, messages=messages, timeout=self.request_timeout_s, **sent)
+                model=self.model, messages=wire, timeout=self.request_timeout_s, **args)
             text = raw.http_response.text
         except openai.APIStatusError as e:
             try:
