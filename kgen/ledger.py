@@ -13,7 +13,11 @@ Per candidate (CandidateCost), summed over every evaluation of it (each one was 
 - profiling seconds: the `profile_s` phase, where the profiler ran (0 otherwise).
 
 Per run (RunCost): the tokens and seconds of all its LLM calls, the sums of its candidates' costs, the
-cost per correct candidate, and the money spent on tokens when prices are known. Money counts LLM
+cost per correct candidate, and the money spent on tokens when prices are known.
+
+Tokens a server did not report (a reply without `usage`) are unknown, never 0: such a call's
+candidates have tokens and dollars of None, and a run sums the calls that reported, counting the others
+in `calls_without_tokens` (all of them: its tokens and dollars are None). Money counts LLM
 tokens only: GPU time is reported in seconds (and GPU-hours on the leaderboard), never priced.
 
 Prices are USD per million tokens, in (prompt) and out (completion), both or neither: `--price-in` and
@@ -104,8 +108,8 @@ class CandidateCost:
     candidate_id: int
     run_id: Optional[int]
     model: Optional[str]
-    tokens_in: float  # its share of its LLM call's (see calls_shared_by)
-    tokens_out: float
+    tokens_in: Optional[float]  # its share of its LLM call's (see calls_shared_by); None: not reported
+    tokens_out: Optional[float]
     llm_s: float  # its share of the call's latency
     compile_s: float
     gpu_s: float
@@ -124,8 +128,8 @@ class RunCost:
     run_id: int
     model: Optional[str]
     llm_calls: int
-    tokens_in: int
-    tokens_out: int
+    tokens_in: Optional[int]  # None: no call of the run reported its tokens
+    tokens_out: Optional[int]
     llm_s: float
     compile_s: float
     gpu_s: float
@@ -136,14 +140,15 @@ class RunCost:
     price_out: Optional[float] = None
     price_source: Optional[str] = None  # flags | run | environment
     usd: Optional[float] = None
+    calls_without_tokens: int = 0  # calls whose server reported no usage: the sums leave them out
 
     @property
-    def tokens(self) -> int:
-        return self.tokens_in + self.tokens_out
+    def tokens(self) -> Optional[int]:
+        return None if self.tokens_in is None or self.tokens_out is None else self.tokens_in + self.tokens_out
 
     @property
     def tokens_per_correct(self) -> Optional[float]:
-        return self.tokens / self.correct if self.correct else None
+        return self.tokens / self.correct if self.correct and self.tokens is not None else None
 
     @property
     def gpu_s_per_correct(self) -> Optional[float]:
@@ -199,7 +204,7 @@ def candidate_costs(db: Database, *, run_ids: Optional[list[int]] = None,
         n = max(shared.get(c.llm_call_id, 1), 1) if call is not None else 0
         out[c.id] = CandidateCost(
             candidate_id=c.id, run_id=c.run_id, model=(call.model if call is not None else None) or c.model,
-            tokens_in=(call.tokens_in or 0) / n if n else 0.0, tokens_out=(call.tokens_out or 0) / n if n else 0.0,
+            tokens_in=_share(call.tokens_in, n) if n else 0.0, tokens_out=_share(call.tokens_out, n) if n else 0.0,
             llm_s=(call.latency_s or 0.0) / n if n else 0.0, compile_s=0.0, gpu_s=0.0, profile_s=0.0,
             correct=False, calls_shared_by=n)
     for e in evaluations:
@@ -212,6 +217,10 @@ def candidate_costs(db: Database, *, run_ids: Optional[list[int]] = None,
     return out
 
 
+def _share(tokens: Optional[int], n: int) -> Optional[float]:
+    return None if tokens is None else tokens / n
+
+
 def run_costs(db: Database, run_ids: Optional[list[int]] = None,
               override: Optional[Prices] = None) -> dict[int, RunCost]:
     """Each run's totals (every run when `run_ids` is None), by run id; `override`: prices from flags."""
@@ -219,24 +228,28 @@ def run_costs(db: Database, run_ids: Optional[list[int]] = None,
         q = select(Run.id, Run.model, Run.settings)
         runs = list(s.execute(q if run_ids is None else q.where(Run.id.in_(run_ids))))
         ids = [r.id for r in runs]
-        calls = {rid: (n, int(ti), int(to), float(lat)) for rid, n, ti, to, lat in s.execute(
+        # SUM skips NULLs; COUNT(column) counts the calls that reported tokens
+        calls = {rid: (n, int(ti), int(to), float(lat), n - int(known)) for rid, n, ti, to, lat, known in s.execute(
             select(LLMCall.run_id, func.count(), func.coalesce(func.sum(LLMCall.tokens_in), 0),
-                   func.coalesce(func.sum(LLMCall.tokens_out), 0), func.coalesce(func.sum(LLMCall.latency_s), 0.0))
+                   func.coalesce(func.sum(LLMCall.tokens_out), 0), func.coalesce(func.sum(LLMCall.latency_s), 0.0),
+                   func.count(LLMCall.tokens_in + LLMCall.tokens_out))
             .where(LLMCall.run_id.in_(ids)).group_by(LLMCall.run_id))}
     per_candidate = candidate_costs(db, run_ids=ids)
     out: dict[int, RunCost] = {}
     for run in runs:
         mine = [c for c in per_candidate.values() if c.run_id == run.id]
-        n_calls, tokens_in, tokens_out, llm_s = calls.get(run.id, (0, 0, 0, 0.0))
+        n_calls, tokens_in, tokens_out, llm_s, unknown = calls.get(run.id, (0, 0, 0, 0.0, 0))
+        known = not n_calls or unknown < n_calls
         models = sorted({c.model for c in mine if c.model and c.has_llm_call})
-        cost = RunCost(run_id=run.id, model=", ".join(models) or run.model, llm_calls=n_calls, tokens_in=tokens_in,
-                       tokens_out=tokens_out, llm_s=llm_s, compile_s=sum(c.compile_s for c in mine),
+        cost = RunCost(run_id=run.id, model=", ".join(models) or run.model, llm_calls=n_calls,
+                       tokens_in=tokens_in if known else None, tokens_out=tokens_out if known else None,
+                       llm_s=llm_s, compile_s=sum(c.compile_s for c in mine),
                        gpu_s=sum(c.gpu_s for c in mine), profile_s=sum(c.profile_s for c in mine),
-                       candidates=len(mine), correct=sum(c.correct for c in mine))
+                       candidates=len(mine), correct=sum(c.correct for c in mine), calls_without_tokens=unknown)
         prices = run_prices(run.settings, override)
         if prices is not None:
             cost.price_in, cost.price_out, cost.price_source = prices.in_usd_per_m, prices.out_usd_per_m, prices.source
-            cost.usd = prices.usd(tokens_in, tokens_out)
+            cost.usd = prices.usd(tokens_in, tokens_out) if known else None
         out[run.id] = cost
     return out
 
@@ -252,7 +265,9 @@ def candidate_cost(db: Database, candidate_id: int, override: Optional[Prices] =
             run = s.get(Run, cost.run_id)
             settings = run.settings if run is not None else None
     prices = run_prices(settings, override)
-    return replace(cost, usd=prices.usd(cost.tokens_in, cost.tokens_out)) if prices is not None else cost
+    if prices is None or cost.tokens_in is None or cost.tokens_out is None:
+        return cost
+    return replace(cost, usd=prices.usd(cost.tokens_in, cost.tokens_out))
 
 
 # -- how they are shown ----------------------------------------------------------------------------
@@ -276,8 +291,9 @@ def candidate_cost_lines(cost: CandidateCost) -> list[str]:
     """`kgen show`: what the candidate cost, in two lines."""
     if cost.has_llm_call:
         share = "" if cost.calls_shared_by == 1 else f", its 1/{cost.calls_shared_by} share of one call"
-        llm = (f"LLM: {tokens_text(cost.tokens_in)} tokens in, {tokens_text(cost.tokens_out)} out "
-               f"({cost.model or 'model unknown'}, {cost.llm_s:.1f} s to propose{share})")
+        tokens = ("tokens unknown (the server reported no usage)" if cost.tokens_in is None and cost.tokens_out is None
+                  else f"{tokens_text(cost.tokens_in)} tokens in, {tokens_text(cost.tokens_out)} out")
+        llm = f"LLM: {tokens} ({cost.model or 'model unknown'}, {cost.llm_s:.1f} s to propose{share})"
     else:
         llm = "LLM: no call (0 tokens)"
     llm += f", {usd_text(cost.usd)}" if cost.usd is not None else ""

@@ -2,7 +2,8 @@
 returns up to n proposals, each with its source (None when a reply held no usable code) and where
 it came from. Proposals are stored whether or not they later compile.
 
-  openai   any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp's server)
+  openai   any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp's server, LM Studio,
+           TGI, LiteLLM, OpenRouter, DeepSeek); what their replies and errors differ in: compat.py
   offline  no network: the problem's starter kernels, then retunings of the best candidates
   replay   the proposals logged in another results DB, in order
 """

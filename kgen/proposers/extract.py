@@ -1,5 +1,9 @@
 """Pull a candidate out of an LLM's reply: the fenced block that defines `ModelNew` (the last one if
-there are several: models often draft, then correct themselves) and the idea stated before it."""
+there are several: models often draft, then correct themselves) and the idea stated before it.
+
+Reasoning (`<think>...</think>`, also `<thinking>`/`<reasoning>`, or everything before a lone `</think>`
+when the chat template opened the block in the prompt) is set aside: code in the answer wins; a
+reasoning model that wrote its code only while thinking, and finished thinking, gets that code taken."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from kgen import pyast
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
 _MODEL_NEW = re.compile(r"^\s*class\s+ModelNew\b", re.M)
 # Reasoning models served by vLLM/Ollama often put their chain of thought in the content.
-_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S | re.I)
+_THINK = re.compile(r"<(think|thinking|reasoning)>(.*?)(?:</\1>|\Z)", re.S | re.I)
+_LONE_CLOSE = re.compile(r"^(?:(?!<(?:think|thinking|reasoning)>).)*?</(think|thinking|reasoning)>", re.S | re.I)
 _IDEA_LINE = re.compile(r"^\W*idea\W*[:\-]\s*(.+)$", re.I | re.M)
 IDEA_MAX_CHARS = 400
 
@@ -49,7 +54,26 @@ def extract_candidate(reply: Optional[str], truncated: bool = False) -> Extracte
     reply holds no block defining ModelNew. `truncated`: the server stopped at max tokens."""
     if not reply or not reply.strip():
         return Extracted(None, None, "empty response" + (" (cut off at max_tokens)" if truncated else ""))
+    reply = reply.replace("\r\n", "\n")  # a closing fence followed by \r is still a closing fence
+    lone = _LONE_CLOSE.match(reply)
+    if lone:  # DeepSeek-R1 and Qwen3 templates open <think> in the prompt: the reply only closes it
+        reply = f"<{lone.group(1)}>{reply}"
     text = _THINK.sub("", reply)
+    found = _from_answer(text, truncated)
+    if found.source is not None:
+        return found
+    closed = [m.group(2) for m in _THINK.finditer(reply) if m.group(0).lower().endswith(f"</{m.group(1).lower()}>")]
+    if closed:  # the answer holds no code, the finished reasoning does: the model wrote it there
+        in_reasoning = _from_answer("\n\n".join(closed), truncated=False)
+        if in_reasoning.source is not None:
+            return Extracted(in_reasoning.source, found.idea or in_reasoning.idea)
+    elif not text.strip() and _THINK.search(reply) and truncated:
+        return Extracted(None, None, "the response was cut off at max_tokens while still reasoning "
+                                     "(raise --max-tokens)")
+    return found
+
+
+def _from_answer(text: str, truncated: bool) -> Extracted:
     blocks = list(_FENCE.finditer(text))
     prose = "\n\n".join(text[a.end() if a else 0:b.start() if b else len(text)]
                         for a, b in zip([None, *blocks], [*blocks, None]))
