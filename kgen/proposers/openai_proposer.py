@@ -454,7 +454,7 @@ class OpenAIProposer:
         chars = sum(len(str(m.get("content", ""))) for m in messages)
         prompt = (f"{o.prompt_tokens} prompt tokens" if o.prompt_tokens is not None
                   else f"a prompt of {chars} characters, ~{estimated_tokens(messages)} tokens")
-        window = f"a context of {o.window} tokens" if o.window else "its context"
+        window = f"context of {o.window} tokens" if o.window else "context"
         return (f"context length exceeded: {prompt} and max_tokens {limit} do not fit the model's {window} "
                 f"(shorten the prompt or raise the server's context): {_one_line(str(e), 160)}")
 
