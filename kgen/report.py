@@ -68,6 +68,7 @@ class ReportData:
     runs: list[RunHistory]
     board: list[LeaderboardRow]  # best per (problem, device, size)
     correct: list[LeaderboardRow]  # every correct candidate
+    profiles: dict[int, list[str]] = field(default_factory=dict)  # board candidate id -> profile and telemetry lines
 
 
 def run_history(db: Database, run: RunRow) -> RunHistory:
@@ -111,7 +112,20 @@ def report_data(db: Database, *, problem: Optional[str] = None, run_id: Optional
         board = leaderboard(db, problem=problem)
         correct = leaderboard(db, problem=problem, include_all=True)
         title = problem or "all problems"
-    return ReportData(title=title, runs=[run_history(db, r) for r in runs], board=board, correct=correct)
+    return ReportData(title=title, runs=[run_history(db, r) for r in runs], board=board, correct=correct,
+                      profiles=board_profiles(db, board))
+
+
+def board_profiles(db: Database, board: list[LeaderboardRow]) -> dict[int, list[str]]:
+    """Each leaderboard winner's kernel profile and GPU telemetry (as `kgen show` prints them)."""
+    from kgen.leaderboard import profile_lines
+
+    ids = [r.evaluation_id for r in board]
+    if not ids:
+        return {}
+    with db.reader() as s:
+        evaluations = list(s.scalars(select(Evaluation).where(Evaluation.id.in_(ids))))
+        return {e.candidate_id: lines for e in evaluations if (lines := profile_lines([e]))}
 
 
 # -- plots -----------------------------------------------------------------------------------------
@@ -280,6 +294,15 @@ def render_html(data: ReportData, db_url: str) -> str:
         parts.append(_table(COLUMNS, [row_cells(r) for r in data.board]))
     else:
         parts.append(_note("No correct candidates yet."))
+
+    if data.profiles:
+        parts.append("<h2>Kernel profiles</h2>")
+        parts.append("<p>What each winner's kernels did on the GPU (CUPTI through torch.profiler, one forward after "
+                     "verification) and the GPU's clocks, temperature, power and throttling while it was timed "
+                     "(NVML). Stall reasons need Nsight Compute and are not collected.</p>")
+        for candidate_id, lines in data.profiles.items():
+            items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+            parts.append(f"<h3>candidate {candidate_id}</h3><ul>{items}</ul>")
 
     parts.append("<h2>Runs</h2>")
     if data.runs:

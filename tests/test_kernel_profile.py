@@ -212,3 +212,31 @@ def test_without_a_gpu_there_is_no_telemetry_and_no_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert telemetry.sample(None) is None
+
+
+def test_kgen_show_and_the_report_carry_the_profile_and_the_telemetry(tmp_path):
+    """A timed evaluation as a GPU search stores it (the GPU is mocked: the profile comes from the recorded
+    trace above, the NVML readings are written by hand), read back by the real CLI."""
+    db_path = tmp_path / "results.db"
+    db = open_db(str(db_path))
+    problem = load_problem("softmax", "small")
+    cid = add_proposal(db, Proposal(source=SOFTMAX_STARTER, proposer="offline", language="triton"), run_id=None,
+                       round_index=0, problem=problem.name, problem_hash=problem.source_hash)
+    profile = kernel_profile.from_runner(runner_report(), {"_softmax_kernel"})
+    hot = {"sm_clock_mhz": 1410, "max_sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "temperature_c": 88,
+           "power_w": 690.0, "power_limit_w": 700.0, "throttle_mask": 0x20,
+           "throttle_reasons": ["software thermal slowdown"]}
+    add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.01, device=H100.device, size="small",
+                                       details={"kernel_profile": profile, "telemetry": telemetry.around(hot, hot),
+                                                "phases": {"profile_s": 0.012}}))
+    db.close()
+    shown = run_kgen("show", str(cid), "--db", str(db_path), env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "kernel profile: 2 kernels: _softmax_kernel (96% of GPU time" in text
+    assert "GPU during timing: SM 1410 of 1980 MHz" in text and "THROTTLED: software thermal slowdown" in text
+    report = run_kgen("report", "-o", str(tmp_path / "r.html"), "--db", str(db_path))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Kernel profiles</h2>" in page and "40 registers/thread, 2 spills" in page
+    assert "THROTTLED: software thermal slowdown" in page
