@@ -352,9 +352,9 @@ def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[le
                 status=run.status, rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
                 candidates=counts.get(run.id, 0), correct=len({r.candidate_id for r in board}),
                 best_candidate_id=best.candidate_id if best else None,
-                best_speedup_eager=max((r.speedup_eager for r in board if r.speedup_eager is not None), default=None),
-                best_speedup_compile=max((r.speedup_compile for r in board if r.speedup_compile is not None),
-                                         default=None),
+                # the promoted best's (kgen.promotion), not the highest: a faster tie is not a better kernel
+                best_speedup_eager=best.speedup_eager if best else None,
+                best_speedup_compile=best.speedup_compile if best else None,
                 tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at,
                 process_alive=process_alive(run.settings) if run.status == "running" else None))
     costs = ledger.run_costs(db, [r.run_id for r in out], prices)
