@@ -266,7 +266,10 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
         lines.append(f"best: candidate {summary.best_id}: {fmt.ms(summary.best_runtime_ms)} ms, "
                      f"{fmt.speedup(summary.best_speedup_eager)} vs eager, "
                      f"{fmt.speedup(summary.best_speedup_compile)} vs torch.compile{roofline} on {summary.device}")
-    lines.append(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out")
+    unknown = getattr(summary, "calls_without_tokens", 0)
+    lines.append(f"tokens: {summary.tokens_in} in, {summary.tokens_out} out"
+                 + (f" (and {unknown} {'reply' if unknown == 1 else 'replies'} whose server reported no usage)"
+                    if unknown else ""))
     if summary.best_id is not None:
         from kgen.export import default_module_file
 

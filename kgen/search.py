@@ -89,6 +89,7 @@ class SearchSummary:
     best_roofline_pct: Optional[float] = None
     tokens_in: int = 0
     tokens_out: int = 0
+    calls_without_tokens: int = 0  # replies whose server reported no usage (not counted in the tokens)
     wall_s: float = 0.0
     timed: bool = True
 
@@ -357,6 +358,7 @@ class Search:
                                 rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
                                 candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
+                                calls_without_tokens=store.run_calls_without_tokens(self.db, self.run_id),
                                 wall_s=time.monotonic() - self.started, timed=timed)
         if correct:  # the first found, replaced only by one that beats it beyond the timing noise
             best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)

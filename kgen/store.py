@@ -263,3 +263,11 @@ def run_tokens(db: Database, run_id: int) -> tuple[int, int]:
                                                  func.coalesce(func.sum(LLMCall.tokens_out), 0))
                                           .where(LLMCall.run_id == run_id)).one()
     return int(tokens_in), int(tokens_out)
+
+
+def run_calls_without_tokens(db: Database, run_id: int) -> int:
+    """The run's LLM calls that got a reply but whose server reported no token usage: sums leave them out."""
+    with db.reader() as s:
+        return int(s.execute(select(func.count()).select_from(LLMCall).where(
+            LLMCall.run_id == run_id, LLMCall.response.is_not(None),
+            (LLMCall.tokens_in.is_(None)) | (LLMCall.tokens_out.is_(None)))).scalar_one())

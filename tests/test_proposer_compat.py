@@ -482,6 +482,7 @@ def test_a_search_against_a_quirky_server_finishes_and_stores_what_it_got(tmp_pa
                                              "KGEN_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    assert "tokens: 0 in, 0 out (and 1 reply whose server reported no usage)" in result.stdout
     database = open_db(str(db), create=False)
     with database.reader() as s:
         calls = sorted((c.llm_call for c in s.query(Candidate)), key=lambda c: c.outcome)
