@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from kgen.problems import Problem, TensorSpec
+from kgen.problems import Problem, TensorSpec, meta_doing, on_device, problem_code
 
 FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
 
@@ -187,7 +187,7 @@ class _FlopCounter(TorchDispatchMode):
 
 def _meta_run(problem: Problem) -> tuple[torch.nn.Module, list, list, int]:
     """The reference run once on the meta device: its model, inputs, outputs and counted FLOPs."""
-    with torch.device("meta"):
+    with problem_code(problem, meta_doing(problem)), on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
         inputs = list(problem.module.get_inputs())
         counter = _FlopCounter()
