@@ -19,7 +19,8 @@ figures at both, then the reference built and run on the CPU at the small size. 
 With --device cuda (on a GPU machine), also the floor times from the measured ceilings and the
 reference at the full size on the GPU, timed once after a warm-up. With --search, also `kgen search
 --problem FILE --rounds 1 --candidates 2 --size small --language triton` with the offline proposer in a
-fresh DB: exit status and its last line.
+fresh DB: whether it ran (exit 0), was refused in one line (exit 2: no starter kernels for the problem,
+say) or failed otherwise (a bug), and its last line.
 """
 import argparse
 import json
@@ -126,7 +127,7 @@ def run_child(path: str, timeout_s: float, device: str = "cpu") -> dict:
 
 
 def run_search(path: str, timeout_s: float) -> dict:
-    """A one-round offline search on a fresh DB: exit status, and whether stderr held a traceback."""
+    """A one-round offline search on a fresh DB: its exit status and outcome (module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "kgen", "search", "--problem", path, "--rounds", "1", "--candidates", "2",
                "--size", "small", "--language", "triton", "--db", os.path.join(tmp, "x.db")]
@@ -138,8 +139,12 @@ def run_search(path: str, timeout_s: float) -> dict:
             return {"search_rc": None, "search_note": f"timed out after {timeout_s:.0f} s"}
     text = (proc.stdout + proc.stderr).strip()
     lines = [line for line in text.splitlines() if line.strip()]
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    # ran: exit 0; refused: exit 2 with one `kgen: error:` line (no starters, say); anything else is a bug
+    refused = proc.returncode == 2 and len(errors) == 1 and errors[0].startswith("kgen: error: ")
+    outcome = "ran" if proc.returncode == 0 and "Traceback" not in text else "refused" if refused else "bug"
     return {"search_rc": proc.returncode, "search_s": round(time.perf_counter() - start, 1),
-            "search_traceback": "Traceback" in text, "search_note": lines[-1][:300] if lines else ""}
+            "search_outcome": outcome, "search_note": lines[-1][:300] if lines else ""}
 
 
 def summarize(rows: list[dict]) -> str:
@@ -156,15 +161,16 @@ def summarize(rows: list[dict]) -> str:
                 f"bytes > 0 {roof}, FLOPs > 0 {flops}, forward > {SLOW_FORWARD_S:.0f} s {slow}")
         searched = [r for r in rs if "search_rc" in r]
         if searched:
-            ok = sum(r["search_rc"] in (0,) and not r["search_traceback"] for r in searched)
-            line += f", offline search exit 0 {ok}/{len(searched)}"
+            ran, refused = (sum(r["search_outcome"] == o for r in searched) for o in ("ran", "refused"))
+            line += (f", offline search of {len(searched)}: ran (exit 0) {ran}, refused in one line (exit 2) "
+                     f"{refused}, bugs {len(searched) - ran - refused}")
         out.append(line)
         elements = sorted(r["small_elements"] for r in rs if "small_elements" in r)
         if elements:
             out.append(f"  small elements: median {elements[len(elements) // 2]}, max {elements[-1]}")
     bad = [r for r in rows if r["error"] or not r.get("semantics_kept", True) or not r.get("forward_ok")
            or r.get("flops_full", 1) == 0 or r.get("forward_s", 0) > SLOW_FORWARD_S
-           or r.get("search_rc") not in (None, 0) or r.get("search_traceback")]
+           or r.get("search_outcome", "ran") != "ran"]
     for r in bad:
         notes = [r["error"]] if r["error"] else []
         if r.get("semantics_note"):
@@ -173,8 +179,8 @@ def summarize(rows: list[dict]) -> str:
             notes.append("0 FLOPs")
         if r.get("forward_s", 0) > SLOW_FORWARD_S:
             notes.append(f"forward {r['forward_s']} s at small")
-        if r.get("search_rc") not in (None, 0) or r.get("search_traceback"):
-            notes.append(f"search rc {r.get('search_rc')}: {r.get('search_note')}")
+        if r.get("search_outcome", "ran") != "ran":
+            notes.append(f"search {r['search_outcome']}, exit {r['search_rc']}: {r['search_note']}")
         if not r["clear"]:
             notes.append("UNCLEAR (not a KgenError)")
         out.append(f"  {r['level']}/{Path(r['file']).name}: {'; '.join(notes) or 'forward not ok'}")

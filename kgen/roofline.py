@@ -142,6 +142,7 @@ ELEMENT_FLOPS = {
     # pointwise, though aten does not tag them so
     aten.hardswish: _per_output(1), aten.log_sigmoid_forward: _per_output(1), aten.glu: _per_output(1),
     aten._prelu_kernel: _per_output(1), aten.rrelu_with_noise: _per_output(1),
+    aten.leaky_relu: _per_output(1),  # torch 2.11 does not tag it pointwise (2.13 does)
 }
 # tagged pointwise, but only moves data
 NOT_ARITHMETIC = {aten.clone}

@@ -82,3 +82,28 @@ def test_the_sweep_reports_each_file(tmp_path):
     bad = rows["data_dependent_scale.py"]
     assert not bad["loaded"] and bad["clear"] and "does not run on the meta device" in bad["error"]
     assert "problem_files: 3 files, loaded 2, forward ok at small 2, shrink kept semantics 2" in done.stdout
+
+
+def test_the_shrink_never_leaves_an_empty_result():
+    """Halving the width below the crop's start leaves a 64×0 output with no error on any device (and a
+    dilated convolution narrower than its kernel does the same on torch 2.11's meta device, found on the
+    H100): a size whose operators give empty results is refused, so the batch shrinks instead."""
+    small = load_problem(str(PROBLEM_FILES / "crop_past_the_end.py"), "small")
+    assert [s.shape for s in small.output_specs()] == [(16, 1096)]
+    assert small.overrides == {"batch_size": 16}
+
+
+class _UntaggedOp:
+    """An aten operator as torch 2.11 describes leaky_relu: no `pointwise` tag (torch 2.13 tags it)."""
+
+    def __init__(self, op):
+        self._overloadpacket, self.tags = op, []
+
+
+def test_leaky_relu_counts_one_flop_per_element_without_the_pointwise_tag():
+    """On the H100's torch 2.11, KernelBench's LeakyReLU counted 0 FLOPs: its operator is not tagged
+    pointwise there."""
+    from kgen.roofline import _operator_flops
+
+    x = torch.empty(8, 16, device="meta")
+    assert _operator_flops(_UntaggedOp(torch.ops.aten.leaky_relu), (x, 0.01), {}, x) == 8 * 16
