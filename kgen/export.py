@@ -208,9 +208,9 @@ def _input_names(problem, count: int) -> list[str]:
 
 
 def _parameter_specs(problem) -> list[tuple[str, tuple[int, ...], str]]:
-    import torch
+    from kgen.problems import on_device
 
-    with torch.device("meta"):
+    with on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
     return [(name, tuple(p.shape), str(p.dtype).removeprefix("torch.")) for name, p in model.named_parameters()]
 
@@ -435,7 +435,9 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
                  reference_source: str) -> str:
     import torch
 
-    with torch.device("meta"):
+    from kgen.problems import on_device
+
+    with on_device("meta"):
         meta_inputs = list(problem.module.get_inputs())
     specs = []
     for name, x in zip(input_names, meta_inputs):

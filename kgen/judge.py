@@ -57,7 +57,7 @@ from kgen.harness.protocol import (
     encode_value,
 )
 from kgen.harness.trace import OpTrace
-from kgen.problems import Problem
+from kgen.problems import Problem, on_device
 from kgen.records import NOT_RUN, EvalSettings, Outcome
 from kgen.sandbox import SandboxedProcess, SandboxMode, SandboxSpec, SandboxUnavailable, cpu_memory_limit_bytes
 
@@ -507,7 +507,7 @@ class Judge:
         message, builds), outcome "" when it built (or could not tell: the GPU's compile step will)."""
         self.model_seed = secrets.randbelow(2**31 - 1000)
         self.reference = self.problem.make_model(self.model_seed, "cpu")
-        with torch.device("meta"):  # shapes only: the arena's input pages are never written, so never allocated
+        with on_device("meta"):  # shapes only: the arena's input pages are never written, so never allocated
             inputs = list(self.problem.module.get_inputs())
         job = self.make_arena(inputs, outputs=False)
         final = self.build_dir()

@@ -33,6 +33,7 @@ get_init_inputs) shrinks; one that reaches a convolution's kernel or a reduction
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import os
 import re
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kgen import pyast
@@ -204,6 +206,46 @@ def _exec_module(name: str, source: str, path: Path) -> types.ModuleType:
     return module
 
 
+class _PinnedDevice(TorchFunctionMode):
+    """Sends the tensors a problem file places itself (`device="cuda"`, `.cuda()`, `.to("cuda")`, `.cpu()`)
+    to kgen's device: a file written for a GPU still loads on the meta device and runs on a CPU, as
+    kgen moves every input to its device anyway."""
+
+    def __init__(self, device: str | torch.device) -> None:
+        super().__init__()
+        self.device = torch.device(device)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in (torch.Tensor.cuda, torch.Tensor.cpu):
+            return args[0].to(self.device)
+        if kwargs.get("device") is not None:
+            kwargs["device"] = self.device
+        if func is torch.Tensor.to:
+            args = (args[0], *(self.device if isinstance(a, (str, torch.device)) else a for a in args[1:]))
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def on_device(device: str | torch.device):
+    """Everything a problem file makes, on `device`: the default for the tensors it creates, and the
+    device of those it places on a device of its own (_PinnedDevice)."""
+    with torch.device(device), _PinnedDevice(device):
+        yield
+
+
+@contextlib.contextmanager
+def problem_code(problem: Problem, doing: str):
+    """The problem file's own code failing while kgen runs it: a one-line KgenError naming the file."""
+    try:
+        yield
+    except KgenError:
+        raise
+    except Exception as e:  # anything the file raises is the user's input
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise KgenError(f"{problem.path}: {doing}: {type(e).__name__}: {first}") from e
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     shape: tuple[int, ...]
@@ -259,7 +301,7 @@ class Problem:
         """The reference, its parameters drawn from `seed`, none left constant (LayerNorm's ones and
         zeros would hide a kernel that ignores its weight and bias)."""
         torch.manual_seed(seed)
-        with torch.device(device):
+        with on_device(device):
             model = self.module.Model(*self.init_inputs())
         gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
         with torch.no_grad():
@@ -275,7 +317,7 @@ class Problem:
         """Fresh random inputs from `seed`; floating inputs that came out constant (zeros) are
         redrawn, so no check ever runs on zeros."""
         torch.manual_seed(seed)
-        with torch.device(device):
+        with on_device(device):
             inputs = list(self.module.get_inputs())
         out = []
         for x in inputs:
@@ -303,14 +345,18 @@ class Problem:
         return floats[0] if floats else "float32"
 
 
+def meta_doing(problem: Problem) -> str:
+    return f"its reference does not run on the meta device (at the {problem.size} size), which kgen needs for shapes"
+
+
 def _meta_inputs(problem: Problem) -> list[Any]:
-    with torch.device("meta"):
+    with problem_code(problem, meta_doing(problem)), on_device("meta"):
         return list(problem.module.get_inputs())
 
 
 def _meta_forward(problem: Problem) -> list[torch.Tensor]:
     """Run the reference on the meta device: shapes without memory or time."""
-    with torch.device("meta"):
+    with problem_code(problem, meta_doing(problem)), on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
         inputs = list(problem.module.get_inputs())
         with torch.no_grad():
@@ -336,7 +382,13 @@ class _SemanticRecorder(TorchDispatchMode):
                     continue
                 value = args[i] if i < len(args) else kwargs.get(arg.name)
                 self.record.append((op, arg.name, _normalized_groups(func, arg.name, value, args)))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        # An empty result is a size below what the problem needs (a window wider than its input, a slice
+        # past the end): some torch versions' meta kernels return it where the real kernel raises.
+        results = out if isinstance(out, (tuple, list)) else [out]
+        if any(isinstance(o, torch.Tensor) and o.numel() == 0 for o in results):
+            self.record.append((op, "empty result"))
+        return out
 
 
 def _normalized_groups(func, arg_name: str, value: Any, args: tuple) -> Any:
@@ -370,7 +422,7 @@ class _Probe:
 
 
 def _probe(problem: Problem) -> _Probe:
-    with torch.device("meta"):
+    with on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
         inputs = list(problem.module.get_inputs())
         recorder = _SemanticRecorder()
@@ -401,11 +453,8 @@ def auto_small_overrides(full: Problem, budget: int = SMALL_ELEMENTS_BUDGET) -> 
     device, computes the same thing and gets smaller, until it fits `budget` elements (module docstring).
     Where halving one alone fails, the sizes of equal value are halved together: files often need them
     equal (a square matrix, a (batch,) target broadcast against a (batch, n) prediction)."""
-    try:
+    with problem_code(full, meta_doing(full)):  # every size needs it (shapes, FLOPs), so KGEN_SMALL would not help
         start = _probe(full)
-    except Exception as e:
-        raise KgenError(f"{full.path}: cannot make a small size automatically: its forward does not run on the meta "
-                        f"device ({type(e).__name__}: {e}); add KGEN_SMALL = {{...}} to the file") from e
     values = {c.name: c.value for c in full.constants.values() if not c.derived and not c.semantic_by_name}
     # (name, None) for an int, (name, i) for element i of a tuple; in source order, so ties go to the first
     items = [(n, None) if isinstance(v, int) else (n, i) for n, v in values.items()

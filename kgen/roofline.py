@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from kgen.problems import Problem, TensorSpec
+from kgen.problems import Problem, TensorSpec, meta_doing, on_device, problem_code
 
 FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
 
@@ -142,6 +142,7 @@ ELEMENT_FLOPS = {
     # pointwise, though aten does not tag them so
     aten.hardswish: _per_output(1), aten.log_sigmoid_forward: _per_output(1), aten.glu: _per_output(1),
     aten._prelu_kernel: _per_output(1), aten.rrelu_with_noise: _per_output(1),
+    aten.leaky_relu: _per_output(1),  # torch 2.11 does not tag it pointwise (2.13 does)
 }
 # tagged pointwise, but only moves data
 NOT_ARITHMETIC = {aten.clone}
@@ -187,7 +188,7 @@ class _FlopCounter(TorchDispatchMode):
 
 def _meta_run(problem: Problem) -> tuple[torch.nn.Module, list, list, int]:
     """The reference run once on the meta device: its model, inputs, outputs and counted FLOPs."""
-    with torch.device("meta"):
+    with problem_code(problem, meta_doing(problem)), on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
         inputs = list(problem.module.get_inputs())
         counter = _FlopCounter()

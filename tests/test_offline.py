@@ -18,7 +18,7 @@ from kgen.errors import KgenError
 from kgen.history import build_history
 from kgen.problems import load_problem, problem_names
 from kgen.proposers import make_proposer
-from kgen.proposers.offline import OfflineProposer, find_tunables
+from kgen.proposers.offline import OfflineProposer, bundled_with_same_model, find_tunables
 from kgen.records import EvalResult
 from kgen.store import add_evaluation, add_proposal, normalized_source_hash
 
@@ -309,6 +309,26 @@ def test_a_kernelbench_file_is_searched_offline_from_starters_kept_elsewhere(tmp
     # the leaderboard lists correct candidates only: the starter and its retuning both are
     assert [(e["problem"], e["language"], e["size"]) for e in entries] == [
         ("elementwise_chain_tuple_shape", "triton", "small")] * 2
+
+
+def test_a_kernelbench_file_with_a_bundled_model_uses_the_bundled_starters():
+    """KernelBench's Softmax file is the bundled softmax's Model at another size, written with
+    docstrings and super(Model, self): searched offline, it starts from softmax's starters."""
+    problem = load_problem(str(PROBLEM_FILES / "softmax_kernelbench_style.py"), "small")
+    assert bundled_with_same_model(problem.source) == "softmax"
+    proposer = make_proposer("offline", problem=problem, language="triton")
+    starters = sorted(p.name for p in (REPO / "problems/starters/softmax").glob("triton_*.py"))
+    proposals = proposer.propose(problem, build_history(_mem_db(), problem), len(starters), 0)
+    assert [p.origin for p in proposals] == [f"starter softmax/{name}" for name in starters]
+
+
+@pytest.mark.parametrize("edit", [("dim=1", "dim=0"), ("torch.softmax", "torch.log_softmax"),
+                                  ("def __init__(self):", "def __init__(self, scale=1):")])
+def test_a_model_that_differs_in_code_gets_no_bundled_starters(edit):
+    source = (PROBLEM_FILES / "softmax_kernelbench_style.py").read_text()
+    assert edit[0] in source
+    assert bundled_with_same_model(source.replace(*edit)) is None
+    assert bundled_with_same_model("class Model(") is None  # does not parse
 
 
 def test_any_problem_with_starters_works_and_starters_dir_overrides(tmp_path):

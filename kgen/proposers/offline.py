@@ -39,6 +39,7 @@ from kgen.errors import KgenError
 from kgen.history import History, kernel_shape
 from kgen.problems import Problem
 from kgen.records import Proposal
+from kgen.resources import problems_dir
 from kgen.static_checks import detect_language
 from kgen.store import normalized_source_hash
 
@@ -221,8 +222,49 @@ def _docstring_line(source: str) -> Optional[str]:
 
 def starters_dir_for(problem: Problem) -> Path:
     """Where a problem's starters are by default: `starters/<name>/` beside its file (the bundled
-    problems keep theirs in problems/starters/<name>/)."""
-    return problem.path.parent / "starters" / problem.name
+    problems keep theirs in problems/starters/<name>/); without that folder, the starters of the
+    bundled problem whose Model is the same code (KernelBench's Softmax, LayerNorm and matmul files are
+    the bundled ones at other sizes, and a starter reads its sizes from its inputs)."""
+    own = problem.path.parent / "starters" / problem.name
+    if own.is_dir():
+        return own
+    bundled = bundled_with_same_model(problem.source)
+    if bundled is not None:
+        log.info("offline proposer: %s has the same Model as the bundled problem %s; using its starters",
+                 problem.name, bundled)
+        return problems_dir() / "starters" / bundled
+    return own
+
+
+def _model_code(source: str) -> Optional[str]:
+    """The `Model` class's code, docstrings and comments aside and `super(Model, self)` read as `super()`;
+    None when the source does not parse or defines no Model class."""
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return None
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    if model is None:
+        return None
+    for node in ast.walk(model):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.ClassDef, ast.FunctionDef)) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super":
+            node.args = []
+    return ast.dump(model, annotate_fields=False)
+
+
+def bundled_with_same_model(source: str) -> Optional[str]:
+    """The bundled problem (with starters) whose Model is the same code as this source's, if any."""
+    code = _model_code(source)
+    if code is None:
+        return None
+    for path in sorted(problems_dir().glob("*.py")):
+        if (problems_dir() / "starters" / path.stem).is_dir() and _model_code(path.read_text()) == code:
+            return path.stem
+    return None
 
 
 # What a user meets when there is nothing to start from: what a starter is, and the way around it.
