@@ -22,6 +22,7 @@ from kgen.errors import KgenError
 from kgen.fmt import Column
 from kgen.leaderboard import COLUMNS, RUN_COLUMNS, LeaderboardRow, RunRow, leaderboard, row_cells, run_cells, run_rows
 from kgen.ledger import COST_COLUMNS, cost_cells
+from kgen.promotion import promoted_best, samples_of, spread_of
 
 # Stacking order, bottom up, and colours (colour-blind-safe where it matters: correct vs the rest).
 OUTCOME_COLORS = {
@@ -76,23 +77,25 @@ def run_history(db: Database, run: RunRow) -> RunHistory:
     latest = select(func.max(Evaluation.id)).group_by(Evaluation.candidate_id).scalar_subquery()
     with db.reader() as s:
         rows = list(s.execute(
-            select(Candidate.round, Evaluation.outcome, Evaluation.speedup_eager, Evaluation.speedup_compile)
+            select(Candidate.round, Evaluation.outcome, Evaluation.speedup_eager, Evaluation.speedup_compile,
+                   Candidate.id, Evaluation.runtime_ms, Evaluation.details)
             .join(Evaluation, Evaluation.candidate_id == Candidate.id)
             .where(Candidate.run_id == run.run_id, Evaluation.id.in_(latest))))
     history = RunHistory(run=run)
     rounds = sorted({r for r, *_ in rows if r is not None})
-    best_e: Optional[float] = None
-    best_c: Optional[float] = None
+    found: list[tuple] = []  # the correct ones so far, in the order they were found (candidate id)
     for k in rounds:
         counts: dict[str, int] = {}
-        for r, outcome, se, sc in rows:
-            if r != k:
+        for row in rows:
+            if row[0] != k:
                 continue
-            counts[outcome] = counts.get(outcome, 0) + 1
-            if outcome == "correct":
-                best_e = se if best_e is None or (se is not None and se > best_e) else best_e
-                best_c = sc if best_c is None or (sc is not None and sc > best_c) else best_c
-        history.rounds.append(RoundStats(k, counts, best_e, best_c))
+            counts[row[1]] = counts.get(row[1], 0) + 1
+            if row[1] == "correct":
+                found.append(row)
+        # the best after this round as the search promoted it (kgen.promotion), not the highest speedup:
+        # a faster candidate within the timing noise is a tie
+        best = promoted_best(sorted(found, key=lambda r: r[4]), lambda r: spread_of(r[5], samples_of(r[6])))
+        history.rounds.append(RoundStats(k, counts, best[2] if best else None, best[3] if best else None))
     return history
 
 

@@ -170,6 +170,13 @@ def test_a_later_candidate_within_noise_does_not_replace_the_best(tmp_path, db, 
                 for cid, ms in ((first, 1.00), (later, 0.99), (slow, 1.30))]
     assert verdicts == [True, False, False] and counts.best_candidate_id == first
 
+    # the report's best speedup after the round is the kept best's, not the tie's higher figure
+    from kgen.leaderboard import run_rows
+    from kgen.report import run_history
+
+    [history] = [run_history(db, r) for r in run_rows(db) if r.run_id == run_id]
+    assert [r.best_speedup_eager for r in history.rounds] == [pytest.approx(2.0 / 1.00)]
+
     # a clearly faster candidate does replace it
     faster = _timed(db, softmax, run_id, starter("softmax", "triton_online_two_pass", NUM_WARPS=8), 0.80, 0.01)
     assert [r.candidate_id for r in leaderboard(db)] == [faster]
