@@ -53,7 +53,7 @@ from kgen.errors import KgenError
 ADDED_NAMES = ("PROBLEM", "LANGUAGE", "INIT_INPUTS", "INPUTS", "PARAMETERS", "VERIFIED_SHAPES", "VERIFIED_GPUS",
                "ONLY_VERIFIED_SHAPES", "REFERENCE_SOURCE", "_entry_os", "_entry_torch", "_entry_warnings",
                "_entry_models", "_entry_references", "_entry_warned", "_entry_check_tensor", "_entry_model",
-               "_entry_reference", "_entry_fallback", "_entry_call")
+               "_entry_reference", "_entry_fallback", "_entry_forward", "_entry_call")
 LANGUAGE_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
 DEFAULT_RTOL = 1e-5  # fp32, as the evaluator verifies when the evaluation did not record its own
 DEFAULT_ATOL = 1e-5
@@ -374,13 +374,19 @@ def _entry_fallback(inputs, parameters, init_inputs, device, differs):
         _entry_warnings.warn(f"{PROBLEM}: running the reference PyTorch code, not the kernel: " + "; ".join(new)
                              + " (warned once each)", stacklevel=4)
     model = _entry_reference(init_inputs, device or "cpu")
+    return _entry_forward(model, [name for _, name, _, _ in PARAMETERS], inputs, parameters, init_inputs)
+
+
+def _entry_forward(model, targets, inputs, parameters, init_inputs):
+    """`model` on the inputs, with the caller's parameters in place of its own (`targets`: their names
+    in `model`, in PARAMETERS' order)."""
     own = dict(model.named_parameters())
     swapped = {}
-    for (arg, name, _, _), value in zip(PARAMETERS, parameters):
-        if tuple(value.shape) != tuple(own[name].shape):
-            raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[name].shape)} for init_inputs "
+    for (arg, _, _, _), target, value in zip(PARAMETERS, targets, parameters):
+        if tuple(value.shape) != tuple(own[target].shape):
+            raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[target].shape)} for init_inputs "
                              f"{init_inputs}, got {tuple(value.shape)} (pass init_inputs= for another configuration)")
-        swapped[name] = value
+        swapped[target] = value
     with _entry_torch.no_grad():
         if swapped:
             return _entry_torch.func.functional_call(model, swapped, tuple(inputs))
@@ -409,16 +415,7 @@ def _entry_call(inputs, parameters, init_inputs):
         raise TypeError(f"{PROBLEM}: ModelNew has {len(own)} parameters, the reference {len(PARAMETERS)}")
     # by the reference's names; by position where ModelNew names them otherwise
     targets = [name for _, name, _, _ in PARAMETERS] if set(own) == {n for _, n, _, _ in PARAMETERS} else list(own)
-    swapped = {}
-    for (arg, _, _, _), target, value in zip(PARAMETERS, targets, parameters):
-        if tuple(value.shape) != tuple(own[target].shape):
-            raise ValueError(f"{PROBLEM}: {arg} must have shape {tuple(own[target].shape)} for init_inputs "
-                             f"{init_inputs}, got {tuple(value.shape)} (pass init_inputs= for another configuration)")
-        swapped[target] = value
-    with _entry_torch.no_grad():
-        if swapped:
-            return _entry_torch.func.functional_call(model, swapped, tuple(inputs))
-        return model(*inputs)
+    return _entry_forward(model, targets, inputs, parameters, init_inputs)
 '''
 
 
