@@ -148,8 +148,9 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     roofline = compute_roofline(problem)
     ceilings = device_ceilings() if device and device != "cpu" else None
     base = _baseline(db, problem, device)
-    profiles = kernel_profile.summaries(db, [c.id for c in ranked[:max_best * 8]]) if ceilings is not None else {}
     best = pick_diverse(ranked, max_best)
+    # the profiles of the parents the prompt shows
+    profiles = kernel_profile.summaries(db, [c.id for c in best]) if ceilings is not None else {}
     return History(best=best, ties=ties_with_best(best), failures=failures, ideas_that_worked=ideas[:max_ideas],
                    tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
                    parent_ids=_parent_ids(db, problem),
