@@ -353,12 +353,12 @@ class Search:
     def summary(self, status: str, timed: bool = True) -> SearchSummary:
         run = store.get_run(self.db, self.run_id)
         correct = store.correct_candidates(self.db, run_id=self.run_id)
-        tokens_in, tokens_out = store.run_tokens(self.db, self.run_id)
+        tokens_in, tokens_out, unreported = store.run_tokens(self.db, self.run_id)
         summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=run.device or "-",
                                 rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
                                 candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
-                                calls_without_tokens=store.run_calls_without_tokens(self.db, self.run_id),
+                                calls_without_tokens=unreported,
                                 wall_s=time.monotonic() - self.started, timed=timed)
         if correct:  # the first found, replaced only by one that beats it beyond the timing noise
             best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)

@@ -256,18 +256,14 @@ def candidate_count(db: Database, run_id: int) -> int:
         return s.scalar(select(func.count()).select_from(Candidate).where(Candidate.run_id == run_id)) or 0
 
 
-def run_tokens(db: Database, run_id: int) -> tuple[int, int]:
-    """The LLM tokens a run has spent: (in, out)."""
+def run_tokens(db: Database, run_id: int) -> tuple[int, int, int]:
+    """The LLM tokens a run has spent: (in, out, replies whose server reported no usage, which the sums
+    leave out)."""
+    unreported = (LLMCall.response.is_not(None)
+                  & (LLMCall.tokens_in.is_(None) | LLMCall.tokens_out.is_(None)))
     with db.reader() as s:
-        tokens_in, tokens_out = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
-                                                 func.coalesce(func.sum(LLMCall.tokens_out), 0))
-                                          .where(LLMCall.run_id == run_id)).one()
-    return int(tokens_in), int(tokens_out)
-
-
-def run_calls_without_tokens(db: Database, run_id: int) -> int:
-    """The run's LLM calls that got a reply but whose server reported no token usage: sums leave them out."""
-    with db.reader() as s:
-        return int(s.execute(select(func.count()).select_from(LLMCall).where(
-            LLMCall.run_id == run_id, LLMCall.response.is_not(None),
-            (LLMCall.tokens_in.is_(None)) | (LLMCall.tokens_out.is_(None)))).scalar_one())
+        tokens_in, tokens_out, unknown = s.execute(select(func.coalesce(func.sum(LLMCall.tokens_in), 0),
+                                                          func.coalesce(func.sum(LLMCall.tokens_out), 0),
+                                                          func.count().filter(unreported))
+                                                   .where(LLMCall.run_id == run_id)).one()
+    return int(tokens_in), int(tokens_out), int(unknown)
