@@ -146,11 +146,12 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
         result.speedup_eager = result.eager_ms / result.runtime_ms
     if result.compile_ms:
         result.speedup_compile = result.compile_ms / result.runtime_ms
-    floor = settings.floor_ms
+    floor, roof, ceilings = settings.floor_ms, None, None
     if floor is None:
         from kgen.roofline import compute_roofline, device_ceilings
 
-        floor = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
+        roof, ceilings = compute_roofline(problem), device_ceilings()
+        floor = roof.floor_ms(ceilings, settings.rtol)
     if floor:
         result.roofline_pct = floor / result.runtime_ms * 100.0
         result.details["floor_ms"] = floor
@@ -159,12 +160,13 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
             result.message = (f"measured {result.runtime_ms:.4g} ms, below the roofline floor of {floor:.4g} ms "
                               "(the least time the bytes and FLOPs need on this device): physically impossible, "
                               "so the timing cannot be trusted; kept off the leaderboard")
-    _fill_achieved(result, problem, settings)
+    _fill_achieved(result, problem, settings, roof, ceilings)
 
 
-def _fill_achieved(result: EvalResult, problem: Problem, settings: EvalSettings) -> None:
-    """The kernel profile's achieved bandwidth and FLOP rate (kgen.kernel_profile): advisory, so any
-    failure to work them out leaves them out."""
+def _fill_achieved(result: EvalResult, problem: Problem, settings: EvalSettings, roof=None, ceilings=None) -> None:
+    """The kernel profile's achieved bandwidth and FLOP rate (kgen.kernel_profile), from the roofline
+    and ceilings `_fill_speed` worked out (or worked out here, where the settings brought the floor):
+    advisory, so any failure to work them out leaves them out."""
     profile = result.details.get("kernel_profile")
     if not isinstance(profile, dict):
         return
@@ -172,7 +174,8 @@ def _fill_achieved(result: EvalResult, problem: Problem, settings: EvalSettings)
         from kgen import kernel_profile
         from kgen.roofline import compute_roofline, device_ceilings
 
-        roof, ceilings = compute_roofline(problem), device_ceilings(measure=False)
+        if roof is None:
+            roof, ceilings = compute_roofline(problem), device_ceilings(measure=False)
         kernel_profile.add_achieved(profile, roof.bytes_moved, roof.flops, result.runtime_ms,
                                     ceilings.bandwidth_bytes_per_s if ceilings else None,
                                     roof.compute_rate(ceilings, settings.rtol) if ceilings else None)
