@@ -5,7 +5,8 @@
 For the run (default: the newest): per round, the candidates, the seconds the judge spent in its
 profile phase (details.phases.profile_s: the profiled forward, the Kineto trace, Triton's statistics),
 the GPU-stage seconds (eval_s) and the share; the run's wall time and the profile share of it; the
-telemetry's throttling flags. `--prompt` renders the propose prompt the next round would get from
+Nsight Compute profiles of each round's candidates (kgen.ncu_profile: how many, failed, seconds) and
+their share of the run; the telemetry's throttling flags. `--prompt` renders the propose prompt the next round would get from
 this DB (the real template, history and profiles), the example the README shows.
 """
 
@@ -48,11 +49,18 @@ def main() -> None:
         r["profile_s"] += ((details or {}).get("phases") or {}).get("profile_s") or 0.0
         r["profiled"] += "kernel_profile" in (details or {})
         throttled += bool(((details or {}).get("telemetry") or {}).get("throttled"))
+        ncu = (details or {}).get("ncu") or {}
+        if ncu:  # Nsight Compute profiles, attached after the candidate's round (kgen.ncu_profile)
+            r["ncu_profiled"] += 1
+            r["ncu_failed"] += bool(ncu.get("error"))
+            r["ncu_s"] += ncu.get("s") or 0.0
     total_profile = sum(r["profile_s"] for r in per_round.values())
+    total_ncu = sum(r.get("ncu_s", 0.0) for r in per_round.values())
     report = {"run": run.id, "status": run.status, "wall_s": wall_s, "device": device,
               "rounds": {k: dict(v) for k, v in sorted(per_round.items())},
               "profile_s": round(total_profile, 2),
               "profile_share_of_run": round(total_profile / wall_s, 4) if wall_s else None,
+              "ncu_s": round(total_ncu, 2), "ncu_share_of_run": round(total_ncu / wall_s, 4) if wall_s else None,
               "throttled_timings": throttled}
     print(json.dumps(report, indent=1))
     if args.prompt:

@@ -380,6 +380,10 @@ def search_cmd(
     no_sandbox: bool = NoSandboxOption,
     price_in: Optional[float] = PriceInOption,
     price_out: Optional[float] = PriceOutOption,
+    ncu_budget: float = typer.Option(60.0, "--ncu-budget", metavar="S", min=0,
+                                     help="Seconds per round for Nsight Compute profiles (stall reasons, DRAM "
+                                          "throughput, occupancy) of the round's best new candidates and their "
+                                          "parents, shown to the next prompts; 0: none. GPU and ncu only."),
 ) -> None:
     """Search for kernels faster than PyTorch.
 
@@ -403,7 +407,7 @@ def search_cmd(
         replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
         replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
         starters_dir=str(Path(starters).absolute()) if starters else None,  # absolute: a resume may start elsewhere
-        price_in=price_in, price_out=price_out)
+        price_in=price_in, price_out=price_out, ncu_budget_s=ncu_budget)
     from kgen.sandbox import SandboxMode, check_sandbox
 
     if config is not None:

@@ -133,7 +133,8 @@ class RunnerSlot:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def start_process(device: str, mode: SandboxMode, kind: str = "run") -> RunnerSlot:
+def start_process(device: str, mode: SandboxMode, kind: str = "run", wrapper: tuple[str, ...] = (),
+                  read_only: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> RunnerSlot:
     """Start `python -m kgen.harness.runner` in the sandbox for `device`: it imports torch, makes its
     CUDA context and warms Triton, then waits for a job. `kind` "run": read-only builds, nothing
     writable (the same for every candidate, so it can start before the candidate is known);
@@ -149,11 +150,11 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run") -> RunnerSl
         staging = root / f".staging-{secrets.token_hex(8)}"
         (staging / "cuda").mkdir(parents=True)
         (staging / "triton").mkdir()
-    spec = SandboxSpec(gpu=gpu, read_only=[root], writable=[staging] if staging else [], env=env,
-                       memory_limit_bytes=None if gpu else cpu_memory_limit_bytes())
+    spec = SandboxSpec(gpu=gpu, read_only=[root, *read_only], writable=([staging] if staging else []) + list(writable),
+                       env=env, memory_limit_bytes=None if gpu else cpu_memory_limit_bytes())
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        process = SandboxedProcess("kgen.harness.runner", spec, mode, theirs.fileno())
+        process = SandboxedProcess("kgen.harness.runner", spec, mode, theirs.fileno(), wrapper=wrapper)
     except SandboxUnavailable as e:
         ours.close()
         if staging is not None:

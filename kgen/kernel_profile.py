@@ -10,8 +10,9 @@ Where the figures come from, and what they are not:
 - Achieved bandwidth and FLOP rate are computed at the problem's minimum traffic (every input read
   once, every output written once; its FLOPs), divided by the timed median: a kernel that reads x
   twice moves more than that, so the real DRAM traffic is at least this.
-- Stall reasons and measured DRAM throughput need hardware counters (Nsight Compute); kgen does not
-  run `ncu` on untrusted candidates, so they are reported as not collected.
+- Stall reasons, measured DRAM throughput and achieved occupancy need hardware counters: Nsight
+  Compute profiles the best new candidates of each round in a sandbox of its own (kgen.ncu_profile),
+  and `summaries` adds its line where a candidate has one.
 
 Everything the runner sent is untrusted (the candidate ran in that process): every field is
 type-checked and clipped here before it is stored or shown to an LLM.
@@ -24,7 +25,11 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
-STALLS_NOTE = "stall reasons not collected (they need Nsight Compute, which kgen does not run on candidates)"
+from kgen import ncu_profile
+
+STALLS_NOTE = ("the lines marked Nsight Compute come from hardware counters (the best new candidates of each "
+               "round, where ncu can run): measured DRAM traffic, achieved occupancy, spills and the top warp stall "
+               "reasons in warp cycles per issued instruction")
 SOURCE = "CUPTI via torch.profiler (one forward, after verification)"
 MAX_KERNELS = 8
 
@@ -156,7 +161,12 @@ def summaries(db: Any, candidate_ids: list[int]) -> dict[int, str]:
         rows = s.execute(select(Evaluation.candidate_id, Evaluation.details)
                          .where(Evaluation.candidate_id.in_(list(candidate_ids))).order_by(Evaluation.id))
         for candidate_id, details in rows:
-            text = summary((details or {}).get("kernel_profile")) if isinstance(details, dict) else None
+            if not isinstance(details, dict):
+                continue
+            ncu = details.get("ncu") if isinstance(details.get("ncu"), dict) else {}
+            parts = [summary(details.get("kernel_profile")),
+                     None if ncu.get("error") else ncu_profile.summary(ncu)]  # a failed profile teaches nothing
+            text = ". ".join(p for p in parts if p)
             if text:
                 out[candidate_id] = text
     return out

@@ -467,16 +467,19 @@ def render_detail(detail: CandidateDetail, console) -> None:
 def profile_lines(evaluations) -> list[str]:
     """`kgen show`'s kernel profile and GPU telemetry of each timed evaluation (kgen.kernel_profile,
     kgen.telemetry), one line each."""
-    from kgen import kernel_profile, telemetry
+    from kgen import kernel_profile, ncu_profile, telemetry
 
     lines = []
     for e in evaluations:
         details = e.details if isinstance(e.details, dict) else {}
-        profile = details.get("kernel_profile")
-        text = kernel_profile.summary(profile)
+        text = kernel_profile.summary(details.get("kernel_profile"))
         if text:
-            lines.append(f"eval {e.id} kernel profile: {text}; "
-                         f"{profile.get('stalls_note') or kernel_profile.STALLS_NOTE}")
+            lines.append(f"eval {e.id} kernel profile (CUPTI): {text}")
+        ncu = details.get("ncu") if isinstance(details.get("ncu"), dict) else None
+        text = ncu_profile.summary(ncu)
+        if text:
+            took = f" [{ncu['s']:.1f} s]" if isinstance(ncu.get("s"), (int, float)) else ""
+            lines.append(f"eval {e.id} {text}{took}")
         if "telemetry" in details:
             lines.append(f"eval {e.id} GPU during timing: {telemetry.summary(details.get('telemetry'))}")
         phases = details.get("phases") if isinstance(details.get("phases"), dict) else {}

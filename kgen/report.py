@@ -302,7 +302,9 @@ def render_html(data: ReportData, db_url: str) -> str:
         parts.append("<h2>Kernel profiles</h2>")
         parts.append("<p>What each winner's kernels did on the GPU (CUPTI through torch.profiler, one forward after "
                      "verification) and the GPU's clocks, temperature, power and throttling while it was timed "
-                     "(NVML). Stall reasons need Nsight Compute and are not collected.</p>")
+                     "(NVML). For the best new candidates of each round, Nsight Compute's hardware counters add "
+                     "measured DRAM traffic, achieved occupancy, spills and the top warp stall reasons (warp cycles "
+                     "per issued instruction).</p>")
         for candidate_id, lines in data.profiles.items():
             items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
             parts.append(f"<h3>candidate {candidate_id}</h3><ul>{items}</ul>")

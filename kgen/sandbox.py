@@ -342,14 +342,17 @@ class SandboxedProcess:
     """One process of the harness (`python -m MODULE`), started in the sandbox with the given end of
     a socketpair as its channel (its descriptor number is its last argument)."""
 
-    def __init__(self, module: str, spec: SandboxSpec, mode: SandboxMode, channel_fd: int):
+    def __init__(self, module: str, spec: SandboxSpec, mode: SandboxMode, channel_fd: int,
+                 wrapper: tuple[str, ...] = ()):
         import tempfile
 
         self.mode = mode
         self.runs_as: Optional[int] = None  # the uid bubblewrap itself runs as, when not ours
         self.stdout, self.stderr = BoundedLog(), BoundedLog()
         self._host_workdir: Optional[str] = None
-        argv = [sys.executable, "-m", module, str(channel_fd)]
+        # `wrapper`: a program that starts the harness as its child inside the same sandbox (Nsight
+        # Compute, kgen.ncu_profile), so it sees no more than the harness does
+        argv = [*wrapper, sys.executable, "-m", module, str(channel_fd)]
         pass_fds = [channel_fd]
         kwargs = {}
         if mode is SandboxMode.BWRAP:

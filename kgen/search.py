@@ -36,6 +36,7 @@ from kgen.records import EvalSettings
 
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
 GPU_CANDIDATES = 8
+NCU_MIN_S = 10.0  # a Nsight Compute profile needs a sandbox, torch, the replays: not started with less left
 
 
 @dataclass
@@ -63,6 +64,8 @@ class SearchConfig:
     baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
     price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.ledger)
     price_out: Optional[float] = None
+    ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.ncu_profile); 0: none
+    ncu_top: int = 2  # ... of the round's fastest new correct candidates (and each one's parent)
 
     @classmethod
     def from_settings(cls, settings: dict) -> SearchConfig:
@@ -291,6 +294,8 @@ class Search:
                 del open_rounds[done_round]
                 store.set_run_status(self.db, self.run_id, "running", rounds_done=done_round + 1)
                 self.progress.round_finished(done_round)
+                if device != "cpu":
+                    self._stall_profiles(stages, settings, done_round)
             if not open_rounds and (exhausted or next_round >= self.config.rounds):
                 return
             gpus_open = baselines is None or not baselines.is_alive()
@@ -305,6 +310,30 @@ class Search:
                     store.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
+
+    def _stall_profiles(self, stages, settings: EvalSettings, round_index: int) -> None:
+        """Nsight Compute profiles of the round's best new candidates and their parents, within
+        `ncu_budget_s` (kgen.ncu_profile); the next prompts show them. Off for the rest of the run,
+        said once, when ncu cannot run here."""
+        budget = float(self.config.ncu_budget_s or 0)
+        if budget <= 0 or getattr(self, "_ncu_off", False) or not hasattr(stages, "ncu_profile"):
+            return
+        started = time.monotonic()
+        profiled = []
+        for candidate_id, source in store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top):
+            left = budget - (time.monotonic() - started)
+            if left < NCU_MIN_S:
+                break
+            profile = stages.ncu_profile(source, settings, left)
+            if "unavailable" in profile:
+                self._ncu_off = True
+                self.progress.note(f"stall profiles are off: {profile['unavailable']}")
+                return
+            store.set_ncu_profile(self.db, candidate_id, profile)
+            profiled.append(f"#{candidate_id}" + (" (failed)" if profile.get("error") else ""))
+        if profiled:
+            self.progress.note(f"  Nsight Compute profiled {', '.join(profiled)} in "
+                               f"{time.monotonic() - started:.1f} s")
 
     def _open_run(self, device: str, gpus: int) -> int:
         """Create the run, or mark the resumed one running again; the rounds it has done."""

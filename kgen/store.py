@@ -267,3 +267,39 @@ def run_tokens(db: Database, run_id: int) -> tuple[int, int, int]:
                                                           func.count().filter(unreported))
                                                    .where(LLMCall.run_id == run_id)).one()
     return int(tokens_in), int(tokens_out), int(unknown)
+
+
+def ncu_targets(db: Database, run_id: int, round_index: int, top: int) -> list[tuple[int, str]]:
+    """What to profile with Nsight Compute after a round: its `top` fastest correct candidates, each
+    followed by its first parent, leaving out any whose latest evaluation is not correct or already
+    has a profile. (candidate id, source), in that order."""
+    with db.reader() as s:
+        rows = s.execute(_latest_evaluations(None, run_id).where(
+            Evaluation.outcome == "correct", Candidate.round == round_number(round_index),
+            Evaluation.runtime_ms.is_not(None)))
+        best = sorted(rows, key=lambda ce: (ce[1].runtime_ms, ce[0].id))[:top]
+        picked: list[tuple[int, str]] = []
+        seen: set[int] = set()
+        for c, _ in best:
+            for candidate_id in [c.id, *list(c.parent_ids or [])[:1]]:
+                if candidate_id in seen:
+                    continue
+                seen.add(candidate_id)
+                cand = s.get(Candidate, candidate_id)
+                latest = cand.evaluations[-1] if cand is not None and cand.evaluations else None
+                if latest is None or latest.outcome != "correct" or (latest.details or {}).get("ncu"):
+                    continue
+                picked.append((cand.id, cand.source))
+    return picked
+
+
+def set_ncu_profile(db: Database, candidate_id: int, profile: dict) -> bool:
+    """Attach a Nsight Compute profile to the candidate's latest evaluation (details["ncu"])."""
+    with db.session() as s:
+        ev = s.execute(select(Evaluation).where(Evaluation.candidate_id == candidate_id)
+                       .order_by(Evaluation.id.desc()).limit(1)).scalar_one_or_none()
+        if ev is None:
+            return False
+        ev.details = dict(ev.details or {}, ncu=profile)  # a new dict: the JSON column sees the change
+    return True
+

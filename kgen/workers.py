@@ -110,6 +110,16 @@ class _Evaluator:
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
 
+    def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
+        """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
+        when none can be taken here."""
+        from kgen.ncu_profile import NcuUnavailable, profile_candidate
+
+        try:
+            return profile_candidate(_load(*self.problem), source, settings, budget_s)
+        except NcuUnavailable as e:
+            return {"unavailable": str(e)}
+
     def device(self) -> Device:
         import ray
         import torch
@@ -392,6 +402,20 @@ class Stages:
         self._compiled.clear()
         self._nodes.clear()
         self._requeued.clear()
+
+    def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
+        """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is
+        evaluating now): the profile, {"error": why} for this candidate, or {"unavailable": why}."""
+        import ray
+
+        ref = self.actors[0].ncu_profile.remote(source, settings, budget_s)
+        try:
+            return ray.get(ref, timeout=budget_s + settings.timeout_s + ACTOR_GRACE_S)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref)
+            return {"error": "the profile did not finish in time"}
+        except Exception as e:  # noqa: BLE001 - a worker that died: no profile, the search goes on
+            return {"error": _first_line(e)}
 
     def close(self) -> None:
         """The search is over: drop what is in flight and let the evaluators go, so a next search on the

@@ -111,6 +111,29 @@ def test_correct_candidates_carry_a_kernel_profile_and_gpu_telemetry(gpu_results
         assert isinstance(telemetry["throttled"], bool)
 
 
+@pytest.mark.parametrize("name", ["good_triton_softmax", "cuda_light_softmax"])
+def test_nsight_compute_profiles_a_correct_candidate_inside_the_sandbox(name, gpu_results):
+    """kgen.ncu_profile for real: ncu around a sandboxed runner that loads the builds the evaluation
+    compiled; the counters come back per kernel, with stall reasons."""
+    from kgen import ncu_profile
+    from kgen.problems import load_problem
+    from kgen.records import EvalSettings
+
+    if ncu_profile.find_ncu() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed here")
+    assert gpu_results[name].outcome == "correct"
+    settings = EvalSettings(device="cuda", size="small")
+    profile = ncu_profile.profile_candidate(load_problem("softmax", "small"), (CANDIDATES / f"{name}.py").read_text(),
+                                            settings, 120)
+    assert "error" not in profile, profile
+    own = profile["kernels"][0]
+    assert own["us"] > 0 and 0 < own["dram_pct"] <= 100 and own["registers"] > 0, own
+    assert own["stalls"] and all(v >= 0 for _, v in own["stalls"]), own
+    assert 0 < own["occupancy_pct"] <= 100 and own["dram_bytes"] > 0, own
+    assert profile["s"] < 60
+    assert ncu_profile.summary(profile).startswith("Nsight Compute: ")
+
+
 def test_gpu_memory_is_shared_not_copied(gpu_results):
     memory = gpu_results["good_triton_softmax"].details["gpu_memory"]
     assert memory["arena_bytes"] > 0 and memory["judge_peak_bytes"] > 0

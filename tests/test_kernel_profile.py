@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kgen import kernel_profile, telemetry
+from kgen import kernel_profile, ncu_profile, telemetry
 from kgen.db import open_db
 from kgen.harness import runner
 from kgen.history import build_history
@@ -226,17 +226,21 @@ def test_kgen_show_and_the_report_carry_the_profile_and_the_telemetry(tmp_path):
     hot = {"sm_clock_mhz": 1410, "max_sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "temperature_c": 88,
            "power_w": 690.0, "power_limit_w": 700.0, "throttle_mask": 0x20,
            "throttle_reasons": ["software thermal slowdown"]}
+    # and a Nsight Compute profile as the search attaches it after the round (a log ncu wrote on the H100)
+    ncu = dict(ncu_profile.parse((REPO / "tests/data/ncu_softmax_h100.csv").read_text()), s=7.5)
     add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.01, device=H100.device, size="small",
                                        details={"kernel_profile": profile, "telemetry": telemetry.around(hot, hot),
-                                                "phases": {"profile_s": 0.012}}))
+                                                "phases": {"profile_s": 0.012}, "ncu": ncu}))
     db.close()
     shown = run_kgen("show", str(cid), "--db", str(db_path), env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "kernel profile: 2 kernels: _softmax_kernel (96% of GPU time" in text
+    assert "kernel profile (CUPTI): 2 kernels: _softmax_kernel (96% of GPU time" in text
+    assert "Nsight Compute: softmax_kernel (" in text and "top stalls long_scoreboard" in text and "[7.5 s]" in text
     assert "GPU during timing: SM 1410 of 1980 MHz" in text and "THROTTLED: software thermal slowdown" in text
     report = run_kgen("report", "-o", str(tmp_path / "r.html"), "--db", str(db_path))
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "r.html").read_text()
     assert "<h2>Kernel profiles</h2>" in page and "40 registers/thread, 2 spills" in page
+    assert "Nsight Compute: softmax_kernel (" in page
     assert "THROTTLED: software thermal slowdown" in page

@@ -456,6 +456,27 @@ class Runner:
             launches, triton_stats = [], []
         self.channel.send({"type": "profile", "kernels": kernels[:50], "launches": launches, "triton": triton_stats})
 
+    def window(self) -> None:
+        """One forward between cudaProfilerStart and cudaProfilerStop: what Nsight Compute, started
+        with --profile-from-start off around this process (kgen.ncu_profile), profiles."""
+        torch = self.torch
+        model = self.models["candidate"]
+        args = self.args()
+        cudart = torch.cuda.cudart()
+        try:
+            self.sync()
+            cudart.cudaProfilerStart()
+            try:
+                with torch.no_grad():
+                    model(*args)
+                self.sync()
+            finally:
+                cudart.cudaProfilerStop()
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e, "the profiled forward", "candidate")
+            return
+        self.channel.send({"type": "windowed"})
+
     def ping(self, message: dict[str, Any]) -> None:
         """A reply that costs what a timed run costs besides the forward: on a GPU, a kernel and a
         synchronize (the GPU switches to this process's context and back, as it does for a timed run)."""
@@ -467,7 +488,7 @@ class Runner:
     def serve(self) -> None:
         self.channel.send({"type": "sealed", "versions": _versions()})
         handlers = {"load": lambda m: self.load(m["module"], m["source"]), "forward": self.forward,
-                    "timed": self.timed, "profile": lambda m: self.profile(),
+                    "timed": self.timed, "profile": lambda m: self.profile(), "window": lambda m: self.window(),
                     "ping": self.ping}
         while True:
             message = self.channel.receive()
