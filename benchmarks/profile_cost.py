@@ -6,8 +6,9 @@ For the run (default: the newest): per round, the candidates, the seconds the ju
 profile phase (details.phases.profile_s: the profiled forward, the Kineto trace, Triton's statistics),
 the GPU-stage seconds (eval_s) and the share; the run's wall time and the profile share of it; the
 Nsight Compute profiles of each round's candidates (kgen.ncu_profile: how many, failed, seconds) and
-their share of the run; the telemetry's throttling flags. `--prompt` renders the propose prompt the next round would get from
-this DB (the real template, history and profiles), the example the README shows.
+their share of the run; the telemetry's throttling flags. `--prompt` renders the propose prompt the
+next round would get from this DB (the real template, history and profiles), the example the README
+shows.
 """
 
 from __future__ import annotations

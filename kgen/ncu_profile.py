@@ -6,7 +6,8 @@ thread, local-memory (spill) instructions, and the top warp stall reasons.
 How it runs, and what it is not:
 - After each round the search asks one GPU evaluator to profile the round's best new correct
   candidates (and the parent each was derived from, where it has no profile yet), within a per-round
-  time budget (`--ncu-budget`). Each profile is one sandboxed runner, exactly as the judge starts it
+  time budget (`--ncu-budget`) and at most 15% of the search's time so far (the evaluator waits
+  meanwhile; a profile takes 12-16 s on the H100). Each profile is one sandboxed runner, exactly as the judge starts it
   (bubblewrap, uid 65534, no network, kgen's builds read-only), with `ncu` as the runner's parent
   *inside* the same sandbox: Nsight Compute sees what the candidate sees and nothing more. The runner
   loads the candidate from the builds its evaluation compiled, calls forward once (so nothing
@@ -196,7 +197,7 @@ def parse(text: str) -> dict[str, Any]:
     return {"kernels": kernels}
 
 
-def _kernel_text(k: dict[str, Any]) -> str:
+def _kernel_text(k: dict[str, Any], min_bytes: Optional[float] = None) -> str:
     name = k["name"] if len(k["name"]) <= 48 else k["name"][:45] + "..."
     parts = [f"{k['us']:.1f} us" + (f" in {k['launches']} launches" if k.get("launches", 1) > 1 else "")]
     if k.get("dram_pct") is not None:
@@ -204,7 +205,8 @@ def _kernel_text(k: dict[str, Any]) -> str:
     if k.get("sm_pct") is not None:
         parts.append(f"SM {k['sm_pct']:.0f}% of peak")
     if k.get("dram_bytes"):
-        parts.append(f"{k['dram_bytes'] / 1e6:.0f} MB to/from DRAM")
+        ratio = f" = {k['dram_bytes'] / min_bytes:.2f}x the problem's minimum" if min_bytes else ""
+        parts.append(f"{k['dram_bytes'] / 1e6:.0f} MB to/from DRAM{ratio}")
     if k.get("occupancy_pct") is not None:
         theory = k.get("theoretical_occupancy_pct")
         limit = f", limited by {k['occupancy_limit']}" if k.get("occupancy_limit") else ""
@@ -230,7 +232,9 @@ def summary(profile: Optional[dict[str, Any]]) -> Optional[str]:
     if not kernels:
         return None
     shown = kernels[:2]
-    return ("Nsight Compute: " + "; ".join(_kernel_text(k) for k in shown)
+    min_bytes = _number(str(profile.get("min_bytes"))) if len(kernels) == 1 else None  # one kernel did all the work
+    return ("Nsight Compute: " + "; ".join(_kernel_text(k, min_bytes if min_bytes and min_bytes > 0 else None)
+                                           for k in shown)
             + (f"; {len(kernels) - len(shown)} more kernel(s)" if len(kernels) > len(shown) else ""))
 
 

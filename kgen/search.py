@@ -37,6 +37,7 @@ from kgen.records import EvalSettings
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
 GPU_CANDIDATES = 8
 NCU_MIN_S = 10.0  # a Nsight Compute profile needs a sandbox, torch, the replays: not started with less left
+NCU_SHARE = 0.15  # of the search's time so far, at most, spent in Nsight Compute profiles (~12-16 s each on an H100)
 
 
 @dataclass
@@ -201,6 +202,7 @@ class Search:
         self.progress = progress
         self.run_id = run_id
         self.started = time.monotonic()
+        self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
 
     def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
@@ -318,17 +320,30 @@ class Search:
         budget = float(self.config.ncu_budget_s or 0)
         if budget <= 0 or getattr(self, "_ncu_off", False) or not hasattr(stages, "ncu_profile"):
             return
+        from kgen.roofline import compute_roofline
+
         started = time.monotonic()
         profiled = []
-        for candidate_id, source in store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top):
+        targets = store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top)
+        for k, (candidate_id, source) in enumerate(targets):
             left = budget - (time.monotonic() - started)
-            if left < NCU_MIN_S:
+            # the evaluator waits while ncu runs: profiles may take NCU_SHARE of the search's time so far
+            share_left = NCU_SHARE * (time.monotonic() - self.started) - self._ncu_s
+            if min(left, share_left) < max(NCU_MIN_S, self._ncu_last_s):
+                self.progress.note(f"  Nsight Compute: {len(targets) - k} candidate(s) of round {round_index + 1} "
+                                   f"not profiled (at most {budget:g} s per round, --ncu-budget, and "
+                                   f"{NCU_SHARE:.0%} of the search's time)")
                 break
+            asked = time.monotonic()
             profile = stages.ncu_profile(source, settings, left)
             if "unavailable" in profile:
                 self._ncu_off = True
                 self.progress.note(f"stall profiles are off: {profile['unavailable']}")
                 return
+            took = time.monotonic() - asked
+            self._ncu_s += took
+            self._ncu_last_s = took
+            profile["min_bytes"] = compute_roofline(self.problem).bytes_moved  # what "x the minimum" is against
             store.set_ncu_profile(self.db, candidate_id, profile)
             profiled.append(f"#{candidate_id}" + (" (failed)" if profile.get("error") else ""))
         if profiled:

@@ -79,6 +79,15 @@ def test_launches_of_one_kernel_add_up_and_hostile_fields_are_dropped_or_cut():
     assert "12 local-memory (spill) instructions" in ncu_profile.summary(profile)
 
 
+def test_measured_dram_traffic_is_set_against_the_problems_minimum():
+    header = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
+    profile = ncu_profile.parse(_log(header, [["0", "k", "900,000", "1,600,000,000", "1,075,000,000"]]))
+    assert profile["kernels"][0]["dram_bytes"] == 2_675_000_000
+    assert "2675 MB to/from DRAM;" in ncu_profile.summary(profile)
+    profile["min_bytes"] = 2_147_483_648
+    assert "2675 MB to/from DRAM = 1.25x the problem's minimum" in ncu_profile.summary(profile)
+
+
 @pytest.mark.parametrize("text, why", [
     ("", "profiled no kernel"),
     ("==PROF== Connected to process 9\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
@@ -201,3 +210,80 @@ def test_a_wrapper_starts_the_runner_inside_the_same_sandbox_and_writes_only_whe
         slot.close()
     written = (logdir / "ncu.csv").read_text()
     assert written.startswith("uid 65534 pid 1\n"), written
+
+
+class FakeStages:
+    """Stands in for the GPU evaluator (none here): answers each profile request with the recorded H100
+    profile after `seconds`, and remembers what it was asked."""
+
+    def __init__(self, seconds=0.0, answer=None):
+        self.asked, self.seconds, self.answer = [], seconds, answer
+
+    def ncu_profile(self, source, settings, budget_s):
+        import time
+        self.asked.append((source, budget_s))
+        time.sleep(self.seconds)
+        return dict(self.answer or ncu_profile.parse(RECORDED), s=self.seconds)
+
+
+class Notes:
+    def __init__(self):
+        self.lines = []
+
+    def note(self, text):
+        self.lines.append(text)
+
+
+def _search(db, run_id, started_s_ago, **config):
+    import time
+
+    from kgen.search import Search, SearchConfig
+
+    search = Search(db, SearchConfig(problem="softmax", **config), load_problem("softmax", "small"), None, Notes(),
+                    run_id=run_id)
+    search.started = time.monotonic() - started_s_ago
+    return search
+
+
+def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_shows(tmp_path):
+    """A real DB and the search's own round-end step; only the GPU evaluator is a stand-in."""
+    db, run_id, ids = _scored_db(tmp_path)
+    search = _search(db, run_id, started_s_ago=1000, ncu_top=1)
+    stages = FakeStages()
+    search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
+    assert [src for src, _ in stages.asked] == [SOFTMAX_STARTER + "\n# fast\n", SOFTMAX_STARTER + "\n# parent\n"]
+    shown = kernel_profile.summaries(db, [ids["fast"], ids["parent"]])
+    assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel (") and ids["parent"] in shown
+    with db.reader() as s:
+        from kgen.db import Evaluation
+        stored = s.query(Evaluation).filter_by(candidate_id=ids["fast"]).one().details["ncu"]
+    from kgen.roofline import compute_roofline
+    assert stored["min_bytes"] == compute_roofline(load_problem("softmax", "small")).bytes_moved
+    assert search.progress.lines[-1].startswith(f"  Nsight Compute profiled #{ids['fast']}, #{ids['parent']} in ")
+    db.close()
+
+
+def test_profiles_stop_at_their_share_of_the_search_and_when_ncu_cannot_run(tmp_path):
+    db, run_id, _ = _scored_db(tmp_path)
+    # 100 s into the search, 8 s of which went to profiles: 15% allows 7 s more, less than a profile needs
+    search = _search(db, run_id, started_s_ago=100, ncu_top=2)
+    search._ncu_s = 8.0
+    stages = FakeStages()
+    search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
+    assert stages.asked == []
+    assert "3 candidate(s) of round 2 not profiled" in search.progress.lines[-1]
+    # later in the search there is room again
+    search.started -= 100
+    search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
+    assert len(stages.asked) == 3
+    # ncu that cannot run here: said once, and never asked again in this search
+    (tmp_path / "again").mkdir()
+    db2, run2, _ = _scored_db(tmp_path / "again")
+    search = _search(db2, run2, started_s_ago=1000)
+    refusing = FakeStages(answer={"unavailable": "ERR_NVGPUCTRPERM: no access to the GPU's counters"})
+    search._stall_profiles(refusing, EvalSettings(device="cuda"), 1)
+    search._stall_profiles(refusing, EvalSettings(device="cuda"), 1)
+    assert len(refusing.asked) == 1
+    assert search.progress.lines == ["stall profiles are off: ERR_NVGPUCTRPERM: no access to the GPU's counters"]
+    db.close()
+    db2.close()
