@@ -209,7 +209,8 @@ def _kernel_text(k: dict[str, Any], min_bytes: Optional[float] = None) -> str:
         parts.append(f"{k['dram_bytes'] / 1e6:.0f} MB to/from DRAM{ratio}")
     if k.get("occupancy_pct") is not None:
         theory = k.get("theoretical_occupancy_pct")
-        limit = f", limited by {k['occupancy_limit']}" if k.get("occupancy_limit") else ""
+        limit = (f", limited by {k['occupancy_limit']}" if k.get("occupancy_limit") and theory is not None
+                 and theory < 99.5 else "")  # at 100% possible nothing limits it
         parts.append(f"occupancy {k['occupancy_pct']:.0f}%"
                      + (f" of {theory:.0f}% possible{limit}" if theory is not None else ""))
     if k.get("registers") is not None:
