@@ -685,6 +685,20 @@ def _aot_payload(result, language: str):
     return aot.payload_from_build(builds_root() / key, result.details, language, meta)
 
 
+def _same_lines_but_results(verified: str, final: str) -> None:
+    """The written module's code must be the verified text's, line for line: only the docstring's two
+    result lines and the payload's checksum may differ (else a kernel could have moved)."""
+    from kgen.aot import SHA_NAME
+
+    before, after = verified.splitlines(), final.splitlines()
+    moved = len(before) != len(after) or any(
+        a != b and not a.startswith(("    on export     ", "    compiled      ", f"{SHA_NAME} = "))
+        for a, b in zip(before, after))
+    if moved:
+        raise KgenError("the exported module's code changed after its re-verification; this is a kgen bug, please "
+                        "report it")
+
+
 def _triton_version() -> Optional[str]:
     try:
         import triton
@@ -799,9 +813,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
         payload = _aot_payload(result, language)
         verified = text
         text = docstring(export_check, payload.summary) + code(payload.sha256)
-        if len(text.splitlines()) != len(verified.splitlines()):
-            raise KgenError("the exported module's lines moved after its re-verification; this is a kgen bug, "
-                            "please report it")
+        _same_lines_but_results(verified, text)
         text += payload.text
     try:
         compile(text, str(out_path), "exec")

@@ -631,7 +631,8 @@ GPU_CHECK = textwrap.dedent("""
         x = torch.randn({shape}, device="cuda")
         y = m.softmax(x)
         torch.cuda.synchronize()
-    print("warnings:", [str(w.message) for w in caught])
+    print("warnings:", [str(w.message) for w in caught if any(word in str(w.message) for word in (
+        "{module}", "kgen", "softmax", "compile", "build"))])
     print("compiles:", hits)
     print("close:", torch.allclose(y, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6))
     print("compilers on PATH:", [c for c in ("cc", "gcc", "g++", "c++", "nvcc", "ninja") if shutil.which(c)])
