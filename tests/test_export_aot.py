@@ -65,10 +65,11 @@ COMPILE = textwrap.dedent("""
                 triton.compile(source(fn), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
         key = hashlib.sha256(b"a launcher's C source").hexdigest()
         get_cache_manager(key).put(b"\\x7fELF launcher", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"))
-    else:  # "import": the GPU mocked, then the exported module imported; then its kernels compiled again
+    else:  # "import": the GPU mocked (unless NO_GPU), the exported module imported; its kernels compiled again
         import torch
-        torch.cuda.is_available = lambda: True
-        torch.cuda.get_device_capability = lambda device=None: (9, 0)
+        if not os.environ.get("NO_GPU"):
+            torch.cuda.is_available = lambda: True
+            torch.cuda.get_device_capability = lambda device=None: (9, 0)
         hits = []
         triton.knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
         import warnings
@@ -346,9 +347,11 @@ def test_a_payload_for_another_triton_version_or_gpu_is_not_installed_and_says_s
     assert "installed: []\n" in done.stdout, done.stdout
 
 
-def test_under_the_interpreter_nothing_is_installed_and_nothing_said(tmp_path, out_dir):
-    _packed_module(tmp_path, out_dir, "interpreted")
-    done = import_fresh(out_dir, "interpreted", tmp_path / "cache", TRITON_INTERPRET="1")
+@pytest.mark.parametrize("where", ["interpreter", "no GPU"])
+def test_under_the_interpreter_or_without_a_gpu_nothing_is_installed_and_nothing_said(tmp_path, out_dir, where):
+    _packed_module(tmp_path, out_dir, "quiet")
+    env = {"TRITON_INTERPRET": "1"} if where == "interpreter" else {"NO_GPU": "1"}
+    done = import_fresh(out_dir, "quiet", tmp_path / "cache", **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "warning:" not in done.stdout and "installed: []\n" in done.stdout, done.stdout
 
@@ -437,6 +440,16 @@ EXTENSION_USER = {
                           no_implicit_headers=True, extra_cflags=["-O2"])
         {after}
     '''),
+    "load": textwrap.dedent('''
+        import os
+
+        from torch.utils.cpp_extension import load
+
+        SOURCE = {source!r}
+        ext = load(name="adder", sources=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "adder.cpp")],
+                   extra_cflags=["-O2"])
+        {after}
+    '''),
     "lazy": textwrap.dedent('''
         import torch
 
@@ -461,8 +474,13 @@ BUILD_EXTENSION = textwrap.dedent("""
     import json, sys
     from kgen.harness import cuda_build
     log = cuda_build.BuildLog()
-    load_inline, _ = cuda_build.keyed_builders(log, lambda name: None)
-    ext = load_inline(name="adder", cpp_sources=sys.argv[1], no_implicit_headers=True, extra_cflags=["-O2"])
+    load_inline, load = cuda_build.keyed_builders(log, lambda name: None)
+    if sys.argv[2] == "load":  # from a file of the sandbox's own
+        with open("adder.cpp", "w") as f:
+            f.write(sys.argv[1])
+        ext = load(name="adder", sources=["adder.cpp"], extra_cflags=["-O2"])
+    else:
+        ext = load_inline(name="adder", cpp_sources=sys.argv[1], no_implicit_headers=True, extra_cflags=["-O2"])
     assert ext.add(1) == 2
     print(json.dumps(log.builds))
 """)
@@ -483,7 +501,10 @@ def _cuda_module(tmp_path, out_dir, name: str, increment: int, style: str = "eag
     no capability recorded)."""
     _needs_no_implicit_headers()
     build = tmp_path / f"build-{name}"
-    builds = json.loads(subprocess.run([sys.executable, "-c", BUILD_EXTENSION, EXTENSION.replace("INCREMENT", "1")],
+    sandbox = tmp_path / f"sandbox-{name}"
+    sandbox.mkdir()
+    builds = json.loads(subprocess.run([sys.executable, "-c", BUILD_EXTENSION, EXTENSION.replace("INCREMENT", "1"),
+                                        "load" if style == "load" else "load_inline"], cwd=sandbox,
                                        env=dict(os.environ, KGEN_CUDA_BUILD_DIR=str(build / "cuda")),
                                        capture_output=True, text=True, timeout=300, check=True).stdout)
     [entry] = builds
@@ -495,12 +516,14 @@ def _cuda_module(tmp_path, out_dir, name: str, increment: int, style: str = "eag
                                                                           after=after)
     path = out_dir / f"{name}.py"
     path.write_text(code + payload.text)
+    if style == "load":
+        (out_dir / "adder.cpp").write_text(EXTENSION.replace("INCREMENT", str(increment)))
     return path
 
 
 CHECK_EXTENSION = textwrap.dedent("""
     import os, warnings, torch.utils.cpp_extension as ce
-    original = ce.load_inline
+    original, original_load = ce.load_inline, ce.load
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -512,7 +535,8 @@ CHECK_EXTENSION = textwrap.dedent("""
             print("add(41):", ext.add(41))
     for w in caught:
         print("warning:", w.message)
-    print("torch's own:", getattr(ce.load_inline, "_kgen_aot_original", ce.load_inline) is original)
+    print("torch's own:", getattr(ce.load_inline, "_kgen_aot_original", ce.load_inline) is original,
+          getattr(ce.load, "_kgen_aot_original", ce.load) is original_load)
     print("built:", sorted(os.listdir(os.environ["TORCH_EXTENSIONS_DIR"])) if os.path.isdir(
         os.environ["TORCH_EXTENSIONS_DIR"]) else [])
     # the very call the module carries a build for, from elsewhere: torch's load_inline, which builds it
@@ -548,7 +572,7 @@ def _extension_env(tmp_path, name: str) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(tmp_path / f"torch-extensions-{name}"), "KGEN_AOT_DIR": str(tmp_path / "aot")}
 
 
-@pytest.mark.parametrize("style", ["eager", "lazy"])
+@pytest.mark.parametrize("style", ["eager", "lazy", "load"])
 def test_the_module_loads_its_carried_extension_with_no_compiler_and_an_empty_extensions_dir(tmp_path, out_dir,
                                                                                              style):
     _cuda_module(tmp_path, out_dir, "carried", increment=1, style=style)
@@ -556,9 +580,9 @@ def test_the_module_loads_its_carried_extension_with_no_compiler_and_an_empty_ex
     done = run_fresh(out_dir, CHECK_EXTENSION.format(name="carried"), **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "add(41): 42\n" in done.stdout and "warning:" not in done.stdout, done.stdout
-    assert "built: []\n" in done.stdout and "torch's own: True\n" in done.stdout, done.stdout
+    assert "built: []\n" in done.stdout and "torch's own: True True\n" in done.stdout, done.stdout
     # from any code but the module's, the same call is torch's: it tries to build, and cannot here
-    assert "elsewhere: " in done.stdout and "elsewhere: built" not in done.stdout, done.stdout
+    assert "elsewhere: RuntimeError\n" in done.stdout, done.stdout
     [where] = list((tmp_path / "aot").iterdir())
     [library] = list(where.iterdir())
     assert library.name.startswith("kgen_") and library.suffix == ".so"
@@ -582,13 +606,14 @@ def test_a_load_inline_call_other_than_the_compiled_one_warns_once_and_is_built(
 def test_a_module_whose_import_fails_leaves_load_inline_to_torch_for_everyone_else(tmp_path, out_dir):
     _cuda_module(tmp_path, out_dir, "failing", increment=1, after="raise RuntimeError('the module fails here')")
     snippet = CHECK_EXTENSION.format(name="failing").replace("m.SOURCE", "SOURCE").replace(
-        "original = ce.load_inline", f"original = ce.load_inline\nSOURCE = {EXTENSION!r}")
+        "original, original_load = ce.load_inline, ce.load",
+        f"original, original_load = ce.load_inline, ce.load\nSOURCE = {EXTENSION!r}")
     env = dict(_extension_env(tmp_path, "failing"), **_no_compilers(tmp_path))
     done = run_fresh(out_dir, snippet, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "import failed: RuntimeError the module fails here\n" in done.stdout, done.stdout
-    assert "torch's own: True\n" in done.stdout and "elsewhere: " in done.stdout, done.stdout
-    assert "elsewhere: built" not in done.stdout  # torch's load_inline tried to build it (no compiler here)
+    # torch's load_inline tried to build it, and could not: no compiler here
+    assert "torch's own: True True\n" in done.stdout and "elsewhere: RuntimeError\n" in done.stdout, done.stdout
 
 
 def test_a_build_the_verified_run_loaded_but_that_is_gone_is_refused(tmp_path):
