@@ -474,6 +474,7 @@ def _kgen_aot_begin(module_globals):
         signature = inspect.signature(original)
         return lambda args, kwargs: load_carried(kind, original, signature, args, kwargs)
 
+    replaced = []
     for kind in ("load_inline", "load"):
         current = getattr(cpp_extension, kind)
         registry = getattr(current, "_kgen_aot_registry", None)
@@ -482,8 +483,10 @@ def _kgen_aot_begin(module_globals):
         elif getattr(current, "__module__", None) == "torch.utils.cpp_extension":
             original, registry = current, {}
             setattr(cpp_extension, kind, dispatcher_of(original, registry))
-        else:
-            warn(f"torch.utils.cpp_extension.{kind} was replaced (by {getattr(current, '__module__', None)}) before "
-                 f"this module was imported: leaving it alone, so its {kind}(...) calls build")
+        else:  # someone else's (kgen's judge replaces them in its sandbox): theirs to run
+            replaced.append(f"{kind} (by {getattr(current, '__module__', None)})")
             continue
         registry[id(module_globals)] = (module_globals, server(kind, original))
+    if replaced:
+        warn("not using the compiled CUDA extensions in this file for torch.utils.cpp_extension."
+             f"{' and '.join(replaced)}, replaced before this module was imported: those calls build as usual")

@@ -616,6 +616,36 @@ def test_a_module_whose_import_fails_leaves_load_inline_to_torch_for_everyone_el
     assert "torch's own: True True\n" in done.stdout and "elsewhere: RuntimeError\n" in done.stdout, done.stdout
 
 
+def test_a_load_inline_that_someone_else_replaced_first_is_left_to_them_with_one_warning(tmp_path, out_dir):
+    """As kgen's judge does in its sandbox: the module's calls go to their function, not to the carried build."""
+    _cuda_module(tmp_path, out_dir, "theirs", increment=1)
+    snippet = textwrap.dedent("""
+        import types, warnings
+        import torch.utils.cpp_extension as ce
+        calls = []
+
+        def theirs(*args, **kwargs):
+            calls.append(kwargs.get("name"))
+            return types.SimpleNamespace(add=lambda v: v + 100)
+
+        theirs.__module__ = "their.builder"
+        ce.load_inline = theirs
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import theirs as m
+        print("add(1):", m.ext.add(1), calls, ce.load_inline is theirs)
+        for w in caught:
+            print("warning:", w.message)
+    """)
+    done = run_fresh(out_dir, snippet, **_extension_env(tmp_path, "theirs"), **_no_compilers(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "add(1): 101 ['adder'] True\n" in done.stdout, done.stdout
+    said = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
+    assert said == ["warning: theirs: not using the compiled CUDA extensions in this file for "
+                    "torch.utils.cpp_extension.load_inline (by their.builder), replaced before this module was "
+                    "imported: those calls build as usual"], done.stdout
+
+
 def test_a_build_the_verified_run_loaded_but_that_is_gone_is_refused(tmp_path):
     from kgen.errors import KgenError
 
