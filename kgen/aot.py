@@ -36,7 +36,9 @@ checks its sha256, then:
   made from this module's own code: one whose digest is carried here writes that `.so` under
   `$KGEN_AOT_DIR` (default `~/.cache/kgen-aot`) `/<digest>/` and imports it. Every other call, from
   anywhere else, goes to torch's function unchanged.
-Anything that does not match warns once, naming what differs, and is compiled as usual.
+Anything that does not match warns once, naming what differs, and is compiled as usual. Reading the GPU's
+compute capability initializes CUDA as the module is imported (a module without a payload, or on a
+machine without a GPU, does not).
 
 Trust: the binaries are what the candidate's own sandboxed compile step built from this text, and what
 the verified run loaded; whoever imports the module runs them as they are (as they would run the
