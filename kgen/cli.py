@@ -550,7 +550,10 @@ def export_cmd(
                                                               "checks it against the reference."),
     no_verify: bool = typer.Option(False, "--no-verify", help="On a GPU, skip re-running it through the judge "
                                                               "first (the module's docstring says so)."),
-    aot: bool = typer.Option(False, "--aot", help="Carry the compiled kernels (not supported yet)."),
+    aot: bool = typer.Option(False, "--aot", help="Carry the kernels compiled for this GPU: the judge re-verifies "
+                                                   "the module's own text here and the module embeds what it compiled, "
+                                                   "so importing it on this GPU and versions compiles nothing (needs "
+                                                   "a GPU)."),
     no_sandbox: bool = NoSandboxOption,
     db: Optional[str] = DbOption,
 ) -> None:

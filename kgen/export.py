@@ -28,6 +28,11 @@ on that GPU at the full size, with the tolerance kgen verified it at, and refuse
 it is still correct there; the docstring says what was found, or why it was not re-verified (no GPU
 on the exporting machine, or --no-verify).
 
+`--aot` (kgen.aot): the module also carries its compiled kernels. The judge re-verifies the module's own
+text (not the candidate's source), so its compile step compiles exactly the kernels of that text for
+this GPU; they are appended after all the code, and the module's top installs them at import. It needs
+a GPU and the re-verification (refused without either).
+
 `--with-test` writes `test_<module>.py` beside it: the reference source embedded (full size on a GPU,
 small size on CPU under Triton's interpreter), checked on fresh random inputs with the tolerance kgen
 verified at.
@@ -72,12 +77,15 @@ class Exported:
     speedup_eager: Optional[float]
     notes: list[str]
     reverified_on: Optional[str] = None  # this GPU, where the export found it still correct
+    aot: Optional[str] = None  # what the module carries (kgen export --aot)
 
     def summary_lines(self) -> list[str]:
         speed = f", {self.speedup_eager:.2f}x vs eager" if self.speedup_eager is not None else ""
         again = f", re-verified correct on {self.reverified_on}" if self.reverified_on else ""
         lines = [f"wrote {self.module_path}: candidate {self.candidate_id} ({self.language}, verified on "
                  f"{self.device}{speed}{again}); call {self.module_path.stem}.{self.function}(...)"]
+        if self.aot is not None:
+            lines.append(f"carries {self.aot}")
         if self.test_path is not None:
             lines.append(f"wrote {self.test_path}: pytest {self.test_path.name}")
         return lines + [f"note: {n}" for n in self.notes]
@@ -241,7 +249,8 @@ def _function_name(problem_name: str, body: _Body) -> str:
 
 def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, function: str, module_name: str,
                 rtol: float, atol: float, body: _Body, language: str, inputs_doc: str, shape_doc: str,
-                verified_doc: str, params_doc: str, export_check: str) -> str:
+                verified_doc: str, params_doc: str, export_check: str, exported_at: dt.datetime,
+                aot_line: Optional[str] = None) -> str:
     def when_ms(ms, speedup):
         return f"{fmt.ms(ms)} ms ({fmt.speedup(speedup)} faster)" if ms is not None else "not timed"
 
@@ -278,6 +287,18 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
         + (f" (test_{module_name}.py)" if module_name else "")
         + ", or set ONLY_VERIFIED_SHAPES = True.",
         "",
+    ]
+    if aot_line is not None:
+        lines += [
+            "Compiled kernels (kgen export --aot): the end of this file carries the kernels kgen's judge compiled",
+            "from this very module for the GPU named below (\"compiled\"), in its sandboxed compile step, and that",
+            "its verified run loaded. On a GPU of that compute capability with the same Triton (torch, CUDA) versions,",
+            "importing the module puts them into Triton's cache and loads its CUDA extensions from them: calls at",
+            "the verified shapes compile nothing. Anywhere else it warns once and they compile as usual. They are",
+            "binaries: importing the module runs them as the judge's sandbox built them.",
+            "",
+        ]
+    lines += [
         "Provenance:",
         f"    problem       {problem.name} ({problem.path.name}, evaluated at the {ev.size} size)",
         f"    candidate     {cand.id}: run {cand.run_id if cand.run_id is not None else '-'}, round "
@@ -297,7 +318,11 @@ def _provenance(cand: Candidate, ev: Evaluation, run: Optional[Run], problem, fu
         + (f" (max abs err {ev.max_abs_err:.2e})" if ev.max_abs_err is not None else ""),
         f"    torch ops     {', '.join(ev.torch_ops) if ev.torch_ops else 'none (all work in its own kernels)'}",
         f"    on export     {export_check}",
-        f"    exported      {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC by kgen {__version__}",
+    ]
+    if aot_line is not None:
+        lines.append(f"    compiled      {aot_line}")
+    lines += [
+        f"    exported      {exported_at:%Y-%m-%d %H:%M} UTC by kgen {__version__}",
     ]
     if run is not None and run.kgen_version:
         lines[-1] += f" (searched with kgen {run.kgen_version})"
@@ -597,8 +622,8 @@ def test_runs_the_reference_on_a_non_contiguous_input():
 
 NO_GPU = "not re-verified: no GPU on the exporting machine"
 NO_VERIFY = "not re-verified on export (--no-verify)"
-AOT_NOT_SUPPORTED = ("--aot is not supported yet: the exported module compiles its kernels on first use "
-                     "(Triton) or at import (CUDA C++)")
+AOT_PENDING = "re-verifying this module's own text on this GPU (kgen export --aot)"
+AOT_LINE_PENDING = "pending: the re-verification compiles them"
 
 
 def gpu_available() -> bool:
@@ -627,22 +652,73 @@ def _export_check(cand: Candidate, full, rtol: Optional[float], verify: bool,
     if not gpu_available():
         return NO_GPU, None
     result = reverify(full, cand.source, rtol, sandbox)
+    return _judged(cand, result), result.device
+
+
+def _judged(cand: Candidate, result, what: str = "") -> str:
+    """The docstring's line for a re-verification on this GPU; KgenError unless it found it correct."""
     if result.outcome != "correct":
         why = (result.message or "").strip().splitlines()
         why = f": {why[0][:200]}" if why else ""
-        raise KgenError(f"candidate {cand.id} is not correct on this GPU ({result.device}), so it is not exported: "
-                        f"{result.outcome}{why} (--no-verify exports it anyway)")
+        raise KgenError(f"candidate {cand.id}{what} is not correct on this GPU ({result.device}), so it is not "
+                        f"exported: {result.outcome}{why} (--no-verify exports it anyway)")
     error = f"max error {result.max_abs_err:.2e}" if result.max_abs_err is not None else "max error not recorded"
     return (f"re-verified on {result.device} {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}: correct, {error} "
-            f"(full size, rtol {fmt.tol(result.rtol)})"), result.device
+            f"(full size, rtol {fmt.tol(result.rtol)})")
+
+
+def _aot_payload(result, language: str):
+    """What the module carries: the kernels the judge's compile step built for the text it just verified
+    (kgen.aot), for this GPU and the versions the verified run had."""
+    import torch
+
+    from kgen import aot
+    from kgen.judge import builds_root
+
+    key = result.details.get("build_key")
+    if not isinstance(key, str) or not key:
+        raise KgenError("the judge did not say where it compiled the module's kernels (no compile step ran), so "
+                        "there is nothing to carry")
+    meta = aot.target_meta(result.device, tuple(torch.cuda.get_device_capability()),
+                           result.triton_version or _triton_version(), result.torch_version or torch.__version__,
+                           result.cuda_version or torch.version.cuda)
+    return aot.payload_from_build(builds_root() / key, result.details, language, meta)
+
+
+def _same_lines_but_results(verified: str, final: str) -> None:
+    """The written module's code must be the verified text's, line for line: only the docstring's two
+    result lines and the payload's checksum may differ (else a kernel could have moved)."""
+    from kgen.aot import SHA_NAME
+
+    before, after = verified.splitlines(), final.splitlines()
+    moved = len(before) != len(after) or any(
+        a != b and not a.startswith(("    on export     ", "    compiled      ", f"{SHA_NAME} = "))
+        for a, b in zip(before, after))
+    if moved:
+        raise KgenError("the exported module's code changed after its re-verification; this is a kgen bug, please "
+                        "report it")
+
+
+def _triton_version() -> Optional[str]:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
 
 
 def export_candidate(db: Database, target: str, out: str | Path, *, with_test: bool = False, verify: bool = True,
                      aot: bool = False, sandbox: str = "bwrap") -> Exported:
     """Write candidate `target` (an id, or a problem name → its winner on this device) to `out`; on a
-    machine with a GPU, only once the judge found it still correct there (unless `verify` is False)."""
+    machine with a GPU, only once the judge found it still correct there (unless `verify` is False).
+    `aot`: the judge re-verifies the module's own text, and the module carries the kernels it compiled."""
     if aot:
-        raise KgenError(AOT_NOT_SUPPORTED)
+        from kgen import aot as aot_part
+
+        if not verify:
+            raise KgenError(aot_part.NEEDS_VERIFY)
+        if not gpu_available():
+            raise KgenError(aot_part.NEEDS_GPU)
     out_path = Path(out).expanduser()
     if out_path.suffix != ".py" or not out_path.stem.isidentifier() or keyword.iskeyword(out_path.stem):
         raise KgenError(f"-o must name an importable Python file (like softmax_kernel.py), got '{out}'")
@@ -674,6 +750,10 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
 
     body = split_candidate(cand.source)
     clash = body.bound_names & set(ADDED_NAMES)
+    if aot:
+        from kgen.aot import NAME_PREFIX, PAYLOAD_NAME, SHA_NAME
+
+        clash |= {n for n in body.bound_names if n.startswith(NAME_PREFIX) or n in (PAYLOAD_NAME, SHA_NAME)}
     if clash:
         raise KgenError(f"candidate {cand.id} defines {', '.join(sorted(clash))}, which the exported module "
                         "needs for its entry point")
@@ -688,7 +768,12 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     arg_names = _argument_names([n for n, _, _ in param_specs], set(input_names))
     rtol = ev.rtol if ev.rtol is not None else DEFAULT_RTOL
     atol = ev.atol if ev.atol is not None else DEFAULT_ATOL
-    export_check, reverified_on = _export_check(cand, full, ev.rtol, verify, sandbox)
+    if aot:  # the module's own text is re-verified below, once it is written, on the GPU the judge will use
+        from kgen.evaluate import _device_name
+
+        export_check, reverified_on = AOT_PENDING, _device_name("cuda")
+    else:
+        export_check, reverified_on = _export_check(cand, full, ev.rtol, verify, sandbox)
     if export_check == NO_GPU:
         notes.append(f"{NO_GPU} (kgen verified it on {ev.device}); the module's docstring says so")
     sizes = verified_sizes | ({"full"} if reverified_on else set())
@@ -700,13 +785,36 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     params_doc = ", ".join(f"{a} {'x'.join(map(str, shape))} {dtype}" for a, (_, shape, dtype)
                            in zip(arg_names, param_specs))
     verified_doc = ", ".join(f"{n} {s}" for n, s in zip(input_names, evaluated.input_specs()))
-    doc = _provenance(cand, ev, run, evaluated, function, out_path.stem, rtol, atol, body, language,
-                      ", ".join(input_names + arg_names), shape_doc, verified_doc, params_doc, export_check)
-    text = doc
-    if body.future_imports:
-        text += "\n".join(body.future_imports) + "\n"
-    text += "\n" + body.code + _entry_point(full, function, input_names, arg_names, param_specs, language,
-                                            verified_shapes, verified_gpus, full.sized_source)
+    exported_at = dt.datetime.now(dt.timezone.utc)
+
+    def docstring(check: str, aot_line: Optional[str]) -> str:
+        return _provenance(cand, ev, run, evaluated, function, out_path.stem, rtol, atol, body, language,
+                           ", ".join(input_names + arg_names), shape_doc, verified_doc, params_doc, check, exported_at,
+                           aot_line)
+
+    def code(sha256: Optional[str] = None) -> str:
+        from kgen import aot as aot_part
+
+        text = "\n".join(body.future_imports) + "\n" if body.future_imports else ""
+        if aot:
+            text += "\n" + aot_part.shim_source(sha256)
+        text += "\n" + body.code
+        return text + _entry_point(full, function, input_names, arg_names, param_specs, language, verified_shapes,
+                                   verified_gpus, full.sized_source)
+
+    text = docstring(export_check, AOT_LINE_PENDING if aot else None) + code()
+    payload = None
+    if aot:
+        # the judge compiles and verifies exactly this text; the written file differs from it only in lines
+        # that move no kernel: the docstring's two lines of results, the payload's checksum, the payload after
+        # everything (Triton's cache key holds each kernel's source and its first line number)
+        result = reverify(full, text, ev.rtol, sandbox)
+        export_check = _judged(cand, result, " (as the exported module)")
+        payload = _aot_payload(result, language)
+        verified = text
+        text = docstring(export_check, payload.summary) + code(payload.sha256)
+        _same_lines_but_results(verified, text)
+        text += payload.text
     try:
         compile(text, str(out_path), "exec")
     except SyntaxError as e:
@@ -722,4 +830,4 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
             rtol=rtol, atol=atol, full=full.sized_source, small=small.sized_source))
     return Exported(module_path=out_path, test_path=test_path, candidate_id=cand.id, function=function,
                     language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes,
-                    reverified_on=reverified_on)
+                    reverified_on=reverified_on, aot=payload.summary if payload is not None else None)

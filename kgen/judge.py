@@ -477,6 +477,7 @@ class Judge:
         and publishes them to the source's build directory. Cached: a source compiled once for this
         GPU and these versions is never compiled again."""
         final = self.build_dir()
+        self.evidence.details["build_key"] = final.name  # where its kernels are: builds_root() / build_key
         if (final / "complete").exists():
             self.evidence.details["compile_step"] = "cached"
             return final

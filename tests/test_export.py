@@ -284,13 +284,6 @@ def test_on_a_gpu_a_candidate_still_correct_is_exported_with_what_the_judge_foun
     assert asked == [] and "not re-verified on export (--no-verify)" in (out_dir / "sm.py").read_text()
 
 
-def test_aot_is_refused_as_not_supported_yet(results, out_dir):
-    path, ids = results
-    r = run_kgen("export", str(ids["softmax_best"]), "-o", str(out_dir / "sm.py"), "--aot", "--db", str(path))
-    assert r.returncode == 2 and r.stderr.startswith("kgen: error: --aot is not supported yet: ")
-    assert len(r.stderr.strip().splitlines()) == 1 and list(out_dir.iterdir()) == []
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_real_gpu_the_export_re_verifies_and_refuses_a_wrong_kernel(tmp_path, out_dir):
