@@ -76,6 +76,25 @@ def attempt(name, wrap, extra, log, env=None, **kw):
     print(name, results[name]["rc"], results[name]["s"], "log", len(text), so[-400:], se[-600:])
 
 
+if sys.argv[2:] == ["record"]:  # tests/data/ncu_softmax_h100.csv: kgen's own ncu command line, in the sandbox
+    from kgen.harness.seccomp import escape_filter_bpf
+    from kgen.ncu_profile import find_ncu, ncu_argv
+
+    logdir = "/tmp/kgen-probe-record"
+    shutil.rmtree(logdir, ignore_errors=True)
+    os.makedirs(logdir)
+    kgen_ncu = find_ncu()
+    spec = sandbox.SandboxSpec(gpu=True, read_only=[kgen_ncu.parent, Path(probe)], writable=[Path(logdir)])
+    fd = os.memfd_create("s")
+    os.write(fd, escape_filter_bpf())
+    os.lseek(fd, 0, 0)
+    argv = sandbox.bwrap_command([*ncu_argv(kgen_ncu, Path(logdir) / "ncu.csv"), sys.executable, f"{probe}/target.py"],
+                                 spec, fd, "/tmp")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, pass_fds=[fd], cwd="/",
+                          env=sandbox.sandbox_env(spec, sandbox.SandboxMode.BWRAP, "/tmp"))
+    print("record", done.returncode, done.stdout[-500:], done.stderr[-1500:])
+    shutil.copy(Path(logdir) / "ncu.csv", f"{out}/ncu_softmax_h100.csv")
+    sys.exit(0)
 os.environ["TRITON_CACHE_DIR"] = "/tmp/kgen-probe-cache-plain"
 # attempt("plain_sections", lambda a: a, SECTIONS, "/tmp/ncu_plain.csv")
 METRICS = ["--metrics", "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,"

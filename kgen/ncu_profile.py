@@ -261,6 +261,14 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
     logdir = builds_root() / f".ncu-{secrets.token_hex(8)}"
     logdir.mkdir(parents=True)
     log = logdir / "ncu.csv"
+    phases: dict[str, float] = {}
+    mark = [time.monotonic()]
+
+    def phase(name: str) -> None:  # where a profile's seconds go (kept with it)
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 2)
+        mark[0] = now
+
     try:
         trials = judge.make_trials()
         trial = judge.make(trials[0])
@@ -274,18 +282,23 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
         slot = start_process(str(judge.device), judge.mode, "run", wrapper=tuple(ncu_argv(ncu, log)),
                              read_only=(ncu.parent,), writable=(logdir,))
         judge.slots.append(slot)
+        phase("setup_s")
         judge.started(slot, "the profiler's start")
         slot.channel.send(asdict(job), fds=(judge.arena.fd,))
         judge.receive(slot, "the profiler's setup", ("sealed",))
+        phase("start_s")
         slot.channel.send({"type": "load", "module": "candidate", "source": source})
         judge.receive(slot, "the profiler's import", ("loaded",))
         judge.call(slot, trial, "candidate", "the profiler's warm-up call")
+        phase("load_s")
         slot.channel.send({"type": "window"})
         judge.receive(slot, "the profiled forward", ("windowed",))
+        phase("replay_s")
         slot.channel.send({"type": "bye"})
         judge.receive(slot, "the profiler's end", ("bye",))
         with contextlib.suppress(Exception):  # ncu writes its log as the runner exits; an unfinished one is parsed
             slot.process.proc.wait(timeout=max(judge.left_s(), 5.0))  # as far as it goes
+        phase("exit_s")
         with open(log, "rb") as f:
             text = f.read(MAX_LOG_BYTES).decode(errors="replace")
         profile = parse(text)
@@ -300,5 +313,6 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
     if "ERR_NVGPUCTRPERM" in str(profile.get("error", "")):
         raise NcuUnavailable(profile["error"])
     profile["s"] = round(time.monotonic() - started, 2)
+    profile["phases"] = phases
     profile["source"] = SOURCE
     return profile
