@@ -11,7 +11,10 @@ then loaded them. This module packs what a cache hit needs from there and append
   rewrite with the kernels' bodies removed); of a kernel, its metadata json and its binary (`.cubin`):
   what Triton's CompiledKernel reads on a hit (TRITON_STORE_BINARY_ONLY keeps the same two); its IR
   files (ttir, ttgir, llir, ptx, source) are left out. The compiled launcher and driver utility
-  modules (`*.so`) are kept, so a hit starts no C compiler either.
+  modules (`*.so`) are kept, so a hit starts no C compiler either. Triton keys those by their C
+  source and a platform string that Python's platform.architecture() fills in by running `file`: where
+  the sandbox could run it and the importing process cannot (or the other way round), the kernels still
+  hit but Triton builds its small launcher once with the C compiler (seen on the H100 with PATH emptied).
 - CUDA: each extension the compile step built for the text, by the digest of each call it serves
   (kgen.harness.cuda_build.call_digest: the call as written, before kgen retargets its flags; recorded
   beside the build, since a load_inline called in forward reaches no build log the judge sees); every

@@ -1065,9 +1065,14 @@ def _description_problem(d: Any, shape: tuple, dtype: torch.dtype, device: str, 
 
 
 def _cuda_kernel_names(source: str) -> set[str]:
+    """The names of the `__global__` functions in a CUDA source. `__launch_bounds__(...)` may stand
+    before or after the return type (`__global__ void __launch_bounds__(256) k(`): it is dropped first,
+    else its own parenthesis would be taken for the kernel's (a correct kernel's time then counted as
+    another's, and the candidate rejected)."""
     import re
 
-    return set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?[\w:<>\s\*]*?\b(\w+)\s*\(", source))
+    bare = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
+    return set(re.findall(r"__global__\s+[\w:<>\s\*]*?\b(\w+)\s*\(", bare))
 
 
 def _cuda_not_run_message(details: dict[str, Any]) -> str:

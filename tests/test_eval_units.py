@@ -275,3 +275,20 @@ def test_kgen_parses_python_one_thread_at_a_time():
         assert not done.wait(0.3)
     assert done.wait(10)
     worker.join()
+
+
+@pytest.mark.parametrize("declaration, name", [
+    ("__global__ void k(const float* x)", "k"),
+    ("__global__ void __launch_bounds__(THREADS)\nsoftmax_two_pass_kernel(const float* x)", "softmax_two_pass_kernel"),
+    ("__global__ __launch_bounds__(256, 2) void k(float* y)", "k"),
+    ("template <int VEC> __global__ void k(float* y)", "k"),
+    ('extern "C" __global__ void k(float* y)', "k"),
+    ("static __global__ void\nk (float* y)", "k"),
+])
+def test_the_gpu_audit_finds_a_cuda_kernels_name_wherever_its_launch_bounds_stand(declaration, name):
+    """The GPU kernel audit counts a kernel as the candidate's own by these names: a `__launch_bounds__`
+    after the return type once made its parenthesis the 'name', and a correct CUDA candidate (the bundled
+    softmax cuda_two_pass starter) was rejected as running 100% other kernels on the H100."""
+    from kgen.judge import _cuda_kernel_names
+
+    assert _cuda_kernel_names(f"// before\n{declaration} {{\n}}\n") == {name}

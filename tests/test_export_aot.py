@@ -562,9 +562,17 @@ def run_fresh(cwd: Path, snippet: str, **env: str) -> subprocess.CompletedProces
 
 
 def _no_compilers(tmp_path) -> dict[str, str]:
-    """An environment in which nothing can be built: no c++, g++, gcc, ninja or nvcc on PATH."""
+    """An environment in which nothing can be built: no c++, g++, gcc, ninja or nvcc on PATH. `file` stays
+    where this machine has it: Triton keys its compiled launcher and driver modules by a platform string
+    that Python's platform.architecture() reads by running `file` (('64bit', 'ELF') with it, ('64bit', '')
+    without), so a PATH without it is another platform to Triton, as it would be to a user's."""
+    import shutil
+
     empty = tmp_path / "no-compilers"
     empty.mkdir(exist_ok=True)
+    found = shutil.which("file")
+    if found and not (empty / "file").exists():
+        (empty / "file").symlink_to(found)
     return {"PATH": str(empty), "CXX": "/nonexistent/c++", "CC": "/nonexistent/cc"}
 
 
