@@ -1,8 +1,8 @@
 """Nsight Compute profiles (kgen.ncu_profile): the parser on a log ncu wrote on the H100, hostile logs,
 the summary the prompt shows, where the profiles are stored and read, and the sandbox wrapper that
 starts ncu around the runner. ncu and a GPU do not exist here: the recorded log stands in for them
-(tests/data/ncu_softmax_h100.csv: `benchmarks/probe_ncu.py`, ncu 2025.3.1 inside kgen's bubblewrap
-sandbox as uid 65534, Triton softmax 4096x8192 on an H100), and the end-to-end run is a GPU test in
+(tests/data/ncu_softmax_h100.csv: `benchmarks/probe_ncu.py OUT record`, kgen's own ncu command line, ncu
+2025.3.1 inside kgen's bubblewrap sandbox, Triton softmax 4096x8192 on an H100), and the end-to-end run is a GPU test in
 tests/test_eval_gpu.py."""
 
 import os
@@ -32,6 +32,7 @@ def test_the_recorded_h100_log_parses_into_the_kernels_figures():
     assert 80 < k["us"] < 95 and k["share_pct"] == 100.0  # 256 MB read and written at ~3 TB/s
     assert 50 < k["dram_pct"] < 100 and k["registers"] == 94
     assert k["occupancy_limit"] == "registers"  # 5 blocks by registers, 14 by shared memory, 16 by warps
+    assert 200e6 < k["dram_bytes"] < 300e6 and 0 < k["sm_pct"] < 100  # 2 x 128 MiB at the minimum
     assert k["local_loads"] == 0 and k["local_stores"] == 0
     reasons = [r for r, _ in k["stalls"]]
     assert reasons[0] == "long_scoreboard" and "selected" not in reasons and len(reasons) == 5
@@ -254,6 +255,7 @@ def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_s
     assert [src for src, _ in stages.asked] == [SOFTMAX_STARTER + "\n# fast\n", SOFTMAX_STARTER + "\n# parent\n"]
     shown = kernel_profile.summaries(db, [ids["fast"], ids["parent"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel (") and ids["parent"] in shown
+    assert "MB to/from DRAM = " in shown[ids["fast"]] and "x the problem's minimum" in shown[ids["fast"]]
     with db.reader() as s:
         from kgen.db import Evaluation
         stored = s.query(Evaluation).filter_by(candidate_id=ids["fast"]).one().details["ncu"]
