@@ -4,6 +4,7 @@
 set -uo pipefail
 start=$(date +%s)
 bash benchmarks/ncu_search.sh 330
+. benchmarks/device_call.sh >/dev/null
 left=$(( 570 - ($(date +%s) - start) ))
 echo "== CUDA starters under the judge (${left}s left)"
 timeout "$left" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_eval_gpu.py -rA \
