@@ -1065,13 +1065,15 @@ def _description_problem(d: Any, shape: tuple, dtype: torch.dtype, device: str, 
 
 
 def _cuda_kernel_names(source: str) -> set[str]:
-    """The names of the `__global__` functions in a CUDA source. `__launch_bounds__(...)` may stand
-    before or after the return type (`__global__ void __launch_bounds__(256) k(`): it is dropped first,
-    else its own parenthesis would be taken for the kernel's (a correct kernel's time then counted as
-    another's, and the candidate rejected)."""
+    """The names of the `__global__` functions in a CUDA source. Qualifiers with arguments
+    (`__launch_bounds__(256)`, `__cluster_dims__(2, 1, 1)`, `__maxnreg__(64)`, `__attribute__((...))`)
+    may stand before or after the return type: they are dropped first, else their parenthesis would be
+    taken for the kernel's (a correct kernel's time then counted as another's, and the candidate
+    rejected: seen on the H100 with the bundled cuda_two_pass and cuda_cluster_single_pass starters)."""
     import re
 
-    bare = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
+    bare = re.sub(r"__attribute__\s*\(\(.*?\)\)", " ", source, flags=re.S)
+    bare = re.sub(r"\b__\w+__\s*\([^()]*\)", " ", bare)
     return set(re.findall(r"__global__\s+[\w:<>\s\*]*?\b(\w+)\s*\(", bare))
 
 

@@ -284,11 +284,15 @@ def test_kgen_parses_python_one_thread_at_a_time():
     ("template <int VEC> __global__ void k(float* y)", "k"),
     ('extern "C" __global__ void k(float* y)', "k"),
     ("static __global__ void\nk (float* y)", "k"),
+    ("__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)\nk(const float* x)", "k"),
+    ("__global__ void __maxnreg__(64) k(float* y)", "k"),
+    ("__global__ void __attribute__((noinline)) k(float* y)", "k"),
 ])
 def test_the_gpu_audit_finds_a_cuda_kernels_name_wherever_its_launch_bounds_stand(declaration, name):
     """The GPU kernel audit counts a kernel as the candidate's own by these names: a `__launch_bounds__`
-    after the return type once made its parenthesis the 'name', and a correct CUDA candidate (the bundled
-    softmax cuda_two_pass starter) was rejected as running 100% other kernels on the H100."""
+    after the return type once made its parenthesis the 'name', and correct CUDA candidates (the bundled
+    softmax cuda_two_pass and cuda_cluster_single_pass starters) were rejected as running 100% other
+    kernels on the H100."""
     from kgen.judge import _cuda_kernel_names
 
     assert _cuda_kernel_names(f"// before\n{declaration} {{\n}}\n") == {name}
