@@ -324,7 +324,11 @@ class Search:
 
         started = time.monotonic()
         profiled = []
-        targets = store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top)
+        from kgen.history import build_history
+
+        # first the parents the next prompt will show (where the profile is read), then the round's best
+        shown = tuple(c.id for c in build_history(self.db, self.problem, run_id=self.run_id, device=None).best)
+        targets = store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top, first=shown)
         for k, (candidate_id, source) in enumerate(targets):
             left = budget - (time.monotonic() - started)
             # the evaluator waits while ncu runs: profiles may take NCU_SHARE of the search's time so far

@@ -269,10 +269,12 @@ def run_tokens(db: Database, run_id: int) -> tuple[int, int, int]:
     return int(tokens_in), int(tokens_out), int(unknown)
 
 
-def ncu_targets(db: Database, run_id: int, round_index: int, top: int) -> list[tuple[int, str]]:
-    """What to profile with Nsight Compute after a round: its `top` fastest correct candidates, each
-    followed by its first parent, leaving out any whose latest evaluation is not correct or already
-    has a profile. (candidate id, source), in that order."""
+def ncu_targets(db: Database, run_id: int, round_index: int, top: int,
+                first: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    """What to profile with Nsight Compute after a round: the candidates in `first` (those the next
+    prompt shows), then the round's `top` fastest correct candidates, each followed by its first
+    parent, leaving out any whose latest evaluation is not correct or already has a profile.
+    (candidate id, source), in that order."""
     with db.reader() as s:
         rows = s.execute(_latest_evaluations(None, run_id).where(
             Evaluation.outcome == "correct", Candidate.round == round_number(round_index),
@@ -280,16 +282,15 @@ def ncu_targets(db: Database, run_id: int, round_index: int, top: int) -> list[t
         best = sorted(rows, key=lambda ce: (ce[1].runtime_ms, ce[0].id))[:top]
         picked: list[tuple[int, str]] = []
         seen: set[int] = set()
-        for c, _ in best:
-            for candidate_id in [c.id, *list(c.parent_ids or [])[:1]]:
-                if candidate_id in seen:
-                    continue
-                seen.add(candidate_id)
-                cand = s.get(Candidate, candidate_id)
-                latest = cand.evaluations[-1] if cand is not None and cand.evaluations else None
-                if latest is None or latest.outcome != "correct" or (latest.details or {}).get("ncu"):
-                    continue
-                picked.append((cand.id, cand.source))
+        for candidate_id in [*first, *(i for c, _ in best for i in [c.id, *list(c.parent_ids or [])[:1]])]:
+            if candidate_id in seen:
+                continue
+            seen.add(candidate_id)
+            cand = s.get(Candidate, candidate_id)
+            latest = cand.evaluations[-1] if cand is not None and cand.evaluations else None
+            if latest is None or latest.outcome != "correct" or (latest.details or {}).get("ncu"):
+                continue
+            picked.append((cand.id, cand.source))
     return picked
 
 

@@ -252,7 +252,13 @@ def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_s
     search = _search(db, run_id, started_s_ago=1000, ncu_top=1)
     stages = FakeStages()
     search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
-    assert [src for src, _ in stages.asked] == [SOFTMAX_STARTER + "\n# fast\n", SOFTMAX_STARTER + "\n# parent\n"]
+    # first the parents the next prompt shows (where a profile is read), then the round's best and its parent
+    from kgen.history import build_history
+
+    parents = [c.id for c in build_history(db, load_problem("softmax", "small"), run_id=run_id).best]
+    assert set(parents) == {ids["fast"], ids["middle"], ids["parent"], ids["slow"]}
+    by_source = {SOFTMAX_STARTER + f"\n# {name}\n": ids[name] for name in ids}
+    assert [by_source[src] for src, _ in stages.asked] == parents
     shown = kernel_profile.summaries(db, [ids["fast"], ids["parent"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel (") and ids["parent"] in shown
     assert "MB to/from DRAM = " in shown[ids["fast"]] and "x the problem's minimum" in shown[ids["fast"]]
@@ -261,7 +267,7 @@ def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_s
         stored = s.query(Evaluation).filter_by(candidate_id=ids["fast"]).one().details["ncu"]
     from kgen.roofline import compute_roofline
     assert stored["min_bytes"] == compute_roofline(load_problem("softmax", "small")).bytes_moved
-    assert search.progress.lines[-1].startswith(f"  Nsight Compute profiled #{ids['fast']}, #{ids['parent']} in ")
+    assert search.progress.lines[-1].startswith(f"  Nsight Compute profiled {', '.join(f'#{i}' for i in parents)} in ")
     db.close()
 
 
@@ -273,11 +279,11 @@ def test_profiles_stop_at_their_share_of_the_search_and_when_ncu_cannot_run(tmp_
     stages = FakeStages()
     search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
     assert stages.asked == []
-    assert "3 candidate(s) of round 2 not profiled" in search.progress.lines[-1]
+    assert "4 candidate(s) of round 2 not profiled" in search.progress.lines[-1]
     # later in the search there is room again
     search.started -= 100
     search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
-    assert len(stages.asked) == 3
+    assert len(stages.asked) == 4  # the four the next prompt shows (the round's best among them)
     # ncu that cannot run here: said once, and never asked again in this search
     (tmp_path / "again").mkdir()
     db2, run2, _ = _scored_db(tmp_path / "again")
