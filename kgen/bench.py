@@ -341,7 +341,8 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
                 for problem in problems:
                     config = SearchConfig(problem=problem, rounds=rounds, candidates=candidates, proposer="offline",
                                           language=language, seed=seed, timeout_s=timeout_s,
-                                          baseline_max_autotune=max_autotune)
+                                          baseline_max_autotune=max_autotune,
+                                          ncu_budget_s=0)  # throughput is the judge's: no Nsight Compute pauses
                     summary = run_search(database, config, progress=make_progress(quiet), cluster=cluster)
                     quality.append(quality_row(database, summary.run_id))
                     throughput.append(throughput_row(database, summary.run_id, time.monotonic() - started))
