@@ -8,8 +8,9 @@ How it runs, and what it is not:
   yet, first the parents the next prompt will show (where a profile is read), then the round's best
   new correct candidates and the parent each was derived from, within a per-round time budget
   (`--ncu-budget`) and at most 15% of the search's time so far (the evaluator waits meanwhile; a
-  profile takes 12-17 s on the H100, most of it ncu starting the sandboxed runner under injection). Each profile is one sandboxed runner, exactly as the judge starts it
-  (bubblewrap, uid 65534, no network, kgen's builds read-only), with `ncu` as the runner's parent
+  profile takes 12-17 s on the H100, most of it ncu starting the sandboxed runner under injection).
+  Each profile is one sandboxed runner, exactly as the judge starts it (bubblewrap, uid 65534, no
+  network, kgen's builds read-only), with `ncu` as the runner's parent
   *inside* the same sandbox: Nsight Compute sees what the candidate sees and nothing more. The runner
   loads the candidate from the builds its evaluation compiled, calls forward once (so nothing
   compiles inside the profiled window) and then once more between cudaProfilerStart/Stop, which is
