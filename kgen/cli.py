@@ -382,8 +382,9 @@ def search_cmd(
     price_out: Optional[float] = PriceOutOption,
     ncu_budget: float = typer.Option(60.0, "--ncu-budget", metavar="S", min=0,
                                      help="Seconds per round for Nsight Compute profiles (stall reasons, DRAM "
-                                          "throughput, occupancy) of the round's best new candidates and their "
-                                          "parents, shown to the next prompts; 0: none. GPU and ncu only."),
+                                          "traffic, occupancy) of the parents the next prompt shows, then the "
+                                          "round's best new candidates, at most 15% of the search's time; 0: none. "
+                                          "GPU and ncu only."),
 ) -> None:
     """Search for kernels faster than PyTorch.
 
