@@ -673,15 +673,17 @@ def _aot_payload(result, language: str):
     import torch
 
     from kgen import aot
+    from kgen.evaluate import _versions
     from kgen.judge import builds_root
 
     key = result.details.get("build_key")
     if not isinstance(key, str) or not key:
         raise KgenError("the judge did not say where it compiled the module's kernels (no compile step ran), so "
                         "there is nothing to carry")
+    here = _versions()  # where the verified run did not report its own
     meta = aot.target_meta(result.device, tuple(torch.cuda.get_device_capability()),
-                           result.triton_version or _triton_version(), result.torch_version or torch.__version__,
-                           result.cuda_version or torch.version.cuda)
+                           result.triton_version or here["triton_version"],
+                           result.torch_version or here["torch_version"], result.cuda_version or here["cuda_version"])
     return aot.payload_from_build(builds_root() / key, result.details, language, meta)
 
 
@@ -697,14 +699,6 @@ def _same_lines_but_results(verified: str, final: str) -> None:
     if moved:
         raise KgenError("the exported module's code changed after its re-verification; this is a kgen bug, please "
                         "report it")
-
-
-def _triton_version() -> Optional[str]:
-    try:
-        import triton
-    except ImportError:
-        return None
-    return triton.__version__
 
 
 def export_candidate(db: Database, target: str, out: str | Path, *, with_test: bool = False, verify: bool = True,

@@ -203,6 +203,7 @@ class Search:
         self.run_id = run_id
         self.started = time.monotonic()
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
+        self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
 
     def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
@@ -318,7 +319,7 @@ class Search:
         `ncu_budget_s` (kgen.ncu_profile); the next prompts show them. Off for the rest of the run,
         said once, when ncu cannot run here."""
         budget = float(self.config.ncu_budget_s or 0)
-        if budget <= 0 or getattr(self, "_ncu_off", False) or not hasattr(stages, "ncu_profile"):
+        if budget <= 0 or self._ncu_off or not hasattr(stages, "ncu_profile"):
             return
         from kgen.roofline import compute_roofline
 
@@ -329,6 +330,7 @@ class Search:
         # first the parents the next prompt will show (where the profile is read), then the round's best
         shown = tuple(c.id for c in build_history(self.db, self.problem, run_id=self.run_id, device=None).best)
         targets = store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top, first=shown)
+        min_bytes = compute_roofline(self.problem).bytes_moved if targets else None  # what "x the minimum" is against
         for k, (candidate_id, source) in enumerate(targets):
             left = budget - (time.monotonic() - started)
             # the evaluator waits while ncu runs: profiles may take NCU_SHARE of the search's time so far
@@ -347,7 +349,7 @@ class Search:
             took = time.monotonic() - asked
             self._ncu_s += took
             self._ncu_last_s = took
-            profile["min_bytes"] = compute_roofline(self.problem).bytes_moved  # what "x the minimum" is against
+            profile["min_bytes"] = min_bytes
             store.set_ncu_profile(self.db, candidate_id, profile)
             profiled.append(f"#{candidate_id}" + (" (failed)" if profile.get("error") else ""))
         if profiled:
