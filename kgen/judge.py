@@ -475,12 +475,12 @@ class Judge:
         """The sandboxed process that may start compilers: it imports and calls the candidate (and its
         ablated copy) once, so Triton compiles their kernels and load_inline builds their extensions,
         and publishes them to the source's build directory. Cached: a source compiled once for this
-        GPU and these versions is never compiled again."""
+        GPU and these versions is never compiled again. `job` (the runner's) is pointed at the builds."""
         final = self.build_dir()
         self.evidence.details["build_key"] = final.name  # where its kernels are: builds_root() / build_key
         if (final / "complete").exists():
             self.evidence.details["compile_step"] = "cached"
-            return final
+            return self._use_builds(job, final)
         self.prepare_pch()
         prebuilt = final.with_name(final.name + PREBUILT_SUFFIX) / "cuda"
         while True:
@@ -501,7 +501,14 @@ class Judge:
         except OSError:  # another evaluation of the same source published first: use theirs
             shutil.rmtree(staging, ignore_errors=True)
         self.evidence.details["compile_step"] = "compiled"
-        return final
+        return self._use_builds(job, final)
+
+    @staticmethod
+    def _use_builds(job: RunnerJob, build: Path) -> Path:
+        """Point the runner's job at a finished build directory: its Triton cache, its CUDA builds."""
+        job.triton_caches = [str(build / "triton")]
+        job.env = dict(job.env, KGEN_CUDA_BUILD_DIR=str(build / "cuda"))
+        return build
 
     def prebuild(self) -> tuple[str, str, list]:
         """The CPU compile stage of a CUDA source (no GPU): the compile step imports it, so its
@@ -886,9 +893,7 @@ class Judge:
                 job.seal = False
             if self.gpu or self.language == "cuda":
                 self.write_inputs(self.make(trials[0]).inputs)
-                build = self.compile_step(job, ablated)
-                job.triton_caches = [str(build / "triton")]
-                job.env = dict(job.env, KGEN_CUDA_BUILD_DIR=str(build / "cuda"))
+                self.compile_step(job, ablated)
                 self.phase("compile_s")
                 if self.ablated_crashed:  # it would take the runner down too: spare the candidate's time
                     ablated = None

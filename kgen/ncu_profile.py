@@ -277,9 +277,7 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
         judge.reference_profile(trial.inputs)
         job = judge.make_arena(trial.inputs)
         judge.write_inputs(trial.inputs)
-        build = judge.compile_step(job, None)  # cached: the candidate's evaluation compiled this source
-        job.triton_caches = [str(build / "triton")]
-        job.env = dict(job.env, KGEN_CUDA_BUILD_DIR=str(build / "cuda"))
+        judge.compile_step(job, None)  # cached: the candidate's evaluation compiled this source
         job.seal = False  # Nsight Compute's injected library starts threads in the process it profiles
         slot = start_process(str(judge.device), judge.mode, "run", wrapper=tuple(ncu_argv(ncu, log)),
                              read_only=(ncu.parent,), writable=(logdir,))
