@@ -34,3 +34,41 @@ def run_kgen(*args: str, cwd=None, env=None, timeout: float = 600, input: str | 
 @pytest.fixture
 def kgen_cli():
     return run_kgen
+
+
+# Fixtures several test modules share (a module that needs another kind defines its own, which wins).
+
+@pytest.fixture(scope="module")
+def problem():
+    """The softmax problem at its small size."""
+    from kgen.problems import load_problem
+
+    return load_problem("softmax", "small")
+
+
+@pytest.fixture
+def db(tmp_path):
+    """A fresh SQLite results DB in the test's temp dir."""
+    from kgen.db import open_db
+
+    database = open_db(str(tmp_path / "results.db"))
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def results(tmp_path):
+    """(path, ids) of a results DB filled by test_leaderboard_fixtures.build_results_db."""
+    from test_leaderboard_fixtures import build_results_db
+
+    path = tmp_path / "results.db"
+    return path, build_results_db(path)
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    """A folder beside the test's working directory, for files a command writes."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    return d
+

@@ -19,7 +19,7 @@ from kgen.problems import load_problem
 from kgen.records import EvalResult, Proposal
 
 from conftest import run_kgen
-from test_leaderboard_fixtures import H100, build_results_db, starter
+from test_leaderboard_fixtures import H100, starter
 
 # Runs in `python -I -S`: no site processing, so no .pth hooks (kgen is installed editable through one);
 # only the venv's site-packages on sys.path, for torch, triton and pytest.
@@ -48,19 +48,6 @@ def run_isolated(cwd, mode: str, *args: str, interpret: bool = True) -> subproce
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run([sys.executable, "-I", "-S", "-c", ISOLATED_BOOT, site.getsitepackages()[0], mode, *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture
-def results(tmp_path):
-    path = tmp_path / "results.db"
-    return path, build_results_db(path)
-
-
-@pytest.fixture
-def out_dir(tmp_path):
-    d = tmp_path / "elsewhere"
-    d.mkdir()
-    return d
 
 
 def test_export_by_problem_takes_this_devices_winner_and_its_test_passes_without_kgen(results, out_dir):

@@ -27,7 +27,7 @@ from kgen.problems import load_problem
 from kgen.records import EvalResult, Proposal
 
 from conftest import run_kgen
-from test_leaderboard_fixtures import build_results_db, starter
+from test_leaderboard_fixtures import starter
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 CAPABILITY = (9, 0)
@@ -122,19 +122,6 @@ def entries_in(cache: Path) -> dict[str, list[str]]:
     if not cache.is_dir():
         return {}
     return {d.name: sorted(p.name for p in d.iterdir()) for d in cache.iterdir() if d.is_dir()}
-
-
-@pytest.fixture
-def results(tmp_path):
-    path = tmp_path / "results.db"
-    return path, build_results_db(path)
-
-
-@pytest.fixture
-def out_dir(tmp_path):
-    d = tmp_path / "elsewhere"
-    d.mkdir()
-    return d
 
 
 # -- refusals, through the real CLI ------------------------------------------------------------------------

@@ -13,13 +13,7 @@ from kgen.leaderboard import candidate_detail, leaderboard, run_rows
 from kgen.records import EvalResult
 
 from conftest import run_kgen
-from test_leaderboard_fixtures import H100, build_results_db
-
-
-@pytest.fixture
-def results(tmp_path):
-    path = tmp_path / "results.db"
-    return path, build_results_db(path)
+from test_leaderboard_fixtures import H100
 
 
 def test_default_board_is_the_best_correct_candidate_per_problem_device_and_size(results):

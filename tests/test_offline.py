@@ -116,13 +116,6 @@ def run_rounds(db, problem, proposer, rounds, n, outcome=lambda p: "correct"):
     return per_round
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = open_db(str(tmp_path / "results.db"))
-    yield database
-    database.close()
-
-
 def _db(tmp_path, name):
     return open_db(str(tmp_path / name))
 

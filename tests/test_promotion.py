@@ -12,7 +12,6 @@ from math import comb
 import pytest
 from rich.console import Console
 
-from kgen.db import open_db
 from kgen.history import MAX_PER_BUCKET, build_history, parent_bucket
 from kgen.leaderboard import leaderboard, print_board
 from kgen.problems import load_problem
@@ -114,13 +113,6 @@ def test_the_first_found_stays_best_until_beaten():
 
 
 # -- end to end over a results DB ---------------------------------------------------------------------
-
-@pytest.fixture
-def db(tmp_path):
-    database = open_db(str(tmp_path / "results.db"))
-    yield database
-    database.close()
-
 
 @pytest.fixture(scope="module")
 def softmax():

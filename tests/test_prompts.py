@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kgen.db import open_db
 from kgen.errors import KgenError
 from kgen.history import History, build_history, trim_message
-from kgen.problems import load_problem
 from kgen.prompts import TEMPLATES, PromptRenderer, failure_view, prompt_context
 from kgen.records import EvalResult, Proposal
 from kgen.roofline import Ceilings, compute_roofline
@@ -19,18 +17,6 @@ REPO = Path(__file__).resolve().parent.parent
 STARTERS = REPO / "problems/starters/softmax"
 TRITON = (STARTERS / "triton_online_two_pass.py").read_text()
 CUDA = (STARTERS / "cuda_two_pass.py").read_text()
-
-
-@pytest.fixture(scope="module")
-def problem():
-    return load_problem("softmax", "small")
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = open_db(str(tmp_path / "results.db"))
-    yield database
-    database.close()
 
 
 def _add(db, problem, source, result, idea=None, language="triton"):

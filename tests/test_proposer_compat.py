@@ -14,7 +14,6 @@ from kgen import ledger, store
 from kgen.db import Candidate, open_db
 from kgen.errors import KgenError
 from kgen.history import History
-from kgen.problems import load_problem
 from kgen.proposers import make_proposer
 from kgen.proposers.compat import context_overflow, normalize_base_url, versioned_alternative
 from kgen.proposers.extract import extract_candidate
@@ -24,18 +23,6 @@ from conftest import run_kgen
 from llm_server import Reply, ScriptedLLMServer
 
 FENCED = f"Idea: online softmax.\n\n```python\n{SOURCE.rstrip()}\n```\n"
-
-
-@pytest.fixture(scope="module")
-def problem():
-    return load_problem("softmax", "small")
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = open_db(str(tmp_path / "results.db"))
-    yield database
-    database.close()
 
 
 @pytest.fixture(autouse=True)

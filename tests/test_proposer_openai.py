@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kgen.db import Candidate, open_db
+from kgen.db import Candidate
 from kgen.errors import KgenError
 from kgen.history import History, build_history
-from kgen.problems import load_problem
 from kgen.proposers import default_proposer_kind, make_proposer
 from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy, parse_retry_after
 from kgen.records import EvalResult, Proposal
@@ -24,18 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = (REPO / "problems/starters/softmax/triton_online_two_pass.py").read_text()
 OTHER_SOURCE = SOURCE.replace("BLOCK_SIZE = 8192", "BLOCK_SIZE = 4096")
 FAST_RETRY = RetryPolicy(max_retries=3, backoff_base_s=0.01, backoff_max_s=0.05)
-
-
-@pytest.fixture(scope="module")
-def problem():
-    return load_problem("softmax", "small")
-
-
-@pytest.fixture
-def db(tmp_path):
-    database = open_db(str(tmp_path / "results.db"))
-    yield database
-    database.close()
 
 
 def proposer_for(server: ScriptedLLMServer, problem, **kw) -> OpenAIProposer:

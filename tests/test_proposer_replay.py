@@ -18,11 +18,6 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = (REPO / "problems/starters/softmax/triton_online_two_pass.py").read_text()
 
 
-@pytest.fixture(scope="module")
-def problem():
-    return load_problem("softmax", "small")
-
-
 def _run(db, problem):
     return create_run(db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
                       size="small", proposer="openai", model="gpt-test", language="any", seed=0, rounds=2,

@@ -9,15 +9,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, run_kgen
-from test_leaderboard_fixtures import build_results_db
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def results(tmp_path):
-    path = tmp_path / "results.db"
-    return path, build_results_db(path)
 
 
 def embedded_pngs(page: str) -> list[bytes]:
