@@ -24,6 +24,7 @@ import socket
 import struct
 import time
 from dataclasses import asdict, dataclass, field
+from socket import recv_fds, send_fds  # bound at import, before any candidate code (kgen.harness.pins)
 from typing import Any, Optional
 
 MAX_FRAME_BYTES = 8 << 20
@@ -58,7 +59,7 @@ class Channel:
         body = json.dumps(message, separators=(",", ":"), default=str).encode()
         frame = struct.pack(">I", len(body)) + body
         if fds:
-            sent = socket.send_fds(self.sock, [frame[:4]], list(fds))
+            sent = send_fds(self.sock, [frame[:4]], list(fds))
             frame = frame[sent:]
         self.sock.sendall(frame)
 
@@ -68,7 +69,7 @@ class Channel:
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 raise ChannelTimeout("no message before the deadline")
         try:
-            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 16)
+            data, fds, _, _ = recv_fds(self.sock, 1 << 16, 16)
         except (ConnectionResetError, OSError) as e:
             raise ChannelClosed(str(e)) from None
         if not data:

@@ -13,6 +13,10 @@ Life of a runner:
    launch counter and the CUDA builders (load only), warm torch/CUDA/Triton, then load the seccomp
    filter that forbids new processes (kgen.harness.seccomp), and say `sealed`;
 3. serve the judge's requests (`load`, `forward`, `timed`, `profile`, `ping`) until `bye`.
+
+Everything it calls once the candidate is imported is bound before the import (the CUDA events,
+stream, synchronize and memory statistics at the C level) or pinned and checked after every call
+(kgen.harness.pins lists each call and what covers it).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import shutil
 import sys
 import time
 import traceback
+from time import perf_counter
 from typing import Any, ClassVar, Optional
 
 from kgen.harness.protocol import Channel, ChannelClosed, Layout, RunnerJob, decode_value, open_arena
@@ -119,18 +124,21 @@ def as_outputs(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def describe(value: Any) -> dict[str, Any]:
-    """What the judge needs to know of one returned value before it reads the arena."""
-    import torch
+def describe(value: Any, tensor_type: Optional[type] = None) -> dict[str, Any]:
+    """What the judge needs to know of one returned value before it reads the arena (`tensor_type`:
+    torch.Tensor, as the runner bound it before the candidate's import)."""
+    if tensor_type is None:
+        import torch
 
+        tensor_type = torch.Tensor
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    if not isinstance(value, torch.Tensor):
+    if not isinstance(value, tensor_type):
         return {"type": kind}
-    return {"type": kind, "plain": type(value) is torch.Tensor, "shape": list(value.shape),
+    return {"type": kind, "plain": type(value) is tensor_type, "shape": list(value.shape),
             "dtype": str(value.dtype).removeprefix("torch."), "device": str(value.device), "layout": str(value.layout)}
 
 
-def poison_allocator(device, sizes_bytes: list[int]) -> None:
+def poison_allocator(device, sizes_bytes: list[int], sync=lambda: None) -> None:
     """Fill the memory the next allocations of the outputs' sizes will likely get with NaN bytes, so a
     candidate that returns uninitialized memory returns NaNs: blocks of those sizes are allocated at
     once, filled and freed (the CUDA caching allocator hands a freed block of the right size back first;
@@ -148,8 +156,7 @@ def poison_allocator(device, sizes_bytes: list[int]) -> None:
             break
         t.fill_(POISON_BYTE)
         held.append(t)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync()
     del held
 
 
@@ -218,11 +225,17 @@ class Runner:
             torch.cuda.set_device(self.device)
         else:
             torch.set_num_threads(1)  # threads may be refused after the seal: none are needed at the small size
-        # taken before any candidate code exists here: a candidate that replaces torch.cuda.synchronize or
-        # torch.cuda.Event in its module namespace does not change what the runner waits on or times with
-        # (the judge's own clock bounds whatever it does beyond that)
+        # taken before any candidate code exists here, at the C level: a candidate that replaces
+        # torch.cuda.synchronize, torch.cuda.Event or its methods (on the class or in torch.cuda) does not
+        # change what the runner waits on or times with (the judge's own clock bounds whatever else it does)
         self._synchronize = torch._C._cuda_synchronize if self.cuda else None
-        self._Event = torch.cuda.Event if self.cuda else None
+        if self.cuda:
+            event_base = torch._C._CudaEventBase
+            self._record = event_base.__dict__["record"]  # the C method descriptors, not the Python subclass's
+            self._elapsed = event_base.__dict__["elapsed_time"]
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._stream = torch.cuda.default_stream(self.device)  # candidates may not switch streams
+            self._memory_stats = torch._C._cuda_memoryStats
         self.layout = Layout.from_json(job.layout)
         self.arena = open_arena(job.arena_kind, self.layout.size, fds[0], self.device.index or 0)
         for fd in fds[1:]:
@@ -242,7 +255,8 @@ class Runner:
         os.environ.update(job.env)
         from kgen.harness.cuda_build import BuildLog
         from kgen.harness.cuda_build import install as install_cuda_builders
-        from kgen.harness.trace import ForbiddenUseRecorder, LaunchCounter
+        from kgen.harness.pins import TIMED_CLASSES, TIMED_MODULES, Pins
+        from kgen.harness.trace import ForbiddenUseRecorder, LaunchCounter, OpTrace
 
         self.build_log = BuildLog()
         self.counter = LaunchCounter()
@@ -270,6 +284,21 @@ class Runner:
         self.models["null"] = _NullModel([torch.empty(r.shape, dtype=getattr(torch, r.dtype), device=self.device)
                                           for r in self.out_regions])
         self.init_inputs = [self._value(v) for v in job.init_inputs]
+        self.OpTrace, self.Tensor, self.strided = OpTrace, torch.Tensor, torch.strided
+        # the runner's world as it is before any candidate code: checked after every call (run mode only: the
+        # compile step's calls are not evidence)
+        self._manual_seed = torch.manual_seed
+        self.pins = self.timed_pins = None
+        if not self.compiling:
+            self.pins, self.timed_pins = Pins(), Pins(TIMED_MODULES, TIMED_CLASSES)
+            for pins in (self.pins, self.timed_pins):
+                pins.instance("the runner", self, (
+                    "channel", "job", "torch", "device", "cuda", "arena", "layout", "out_regions", "counter",
+                    "recorders", "pins", "timed_pins", "OpTrace", "Tensor", "strided", "_synchronize", "_record",
+                    "_elapsed", "_events", "_stream", "_memory_stats", "_manual_seed", "build_log", "probe"))
+                pins.instance("the runner's channel", channel, ("sock",))
+                pins.instance("the arena", self.arena, tuple(vars(self.arena)))
+                pins.instance("the launch counter", self.counter, ("files", "names"))
 
     def _warm_profiler(self) -> None:
         """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
@@ -284,6 +313,21 @@ class Runner:
                 self.sync()
         except Exception:  # noqa: BLE001 - the audit reports a profiler that cannot run as not available
             pass
+
+    def replaced(self, timed: bool = False) -> Optional[str]:
+        """What the candidate replaced of what the runner relies on (kgen.harness.pins), or None; after a
+        timed run, only what a timed run uses besides the candidate's forward (the rest costs ~10 ms)."""
+        from kgen.harness.pins import message
+
+        pins = self.timed_pins if timed else self.pins
+        return message(pins.changed()) if pins is not None else None
+
+    def reject_if_replaced(self, stage: str, timed: bool = False) -> bool:
+        """Send the candidate's static_reject when it replaced anything the runner relies on."""
+        text = self.replaced(timed)
+        if text is not None:
+            self.channel.send({"type": "failed", "outcome": "static_reject", "stage": stage, "message": text})
+        return text is not None
 
     def sync(self) -> None:
         """Wait for all work on the (only) device: the current device is set once, at start."""
@@ -340,7 +384,7 @@ class Runner:
                                    "message": "ModelNew is not a torch.nn.Module subclass"})
                 return
             stage = "construction"
-            torch.manual_seed(self.job.model_seed)
+            self._manual_seed(self.job.model_seed)
             with torch.device(self.device):
                 model = cls(*self.init_inputs)
             model = model.to(self.device)
@@ -353,25 +397,24 @@ class Runner:
             self.channel.send({"type": "failed", "outcome": "static_reject", "stage": stage,
                                "message": self.forbidden_message()})
             return
+        if self.reject_if_replaced(stage):
+            return
         self.channel.send({"type": "loaded", "weights": weights, "builds": self.build_log.builds})
 
     def deliver(self, out: Any) -> list[dict[str, Any]]:
         """Describe each returned value and copy the ones that fit into the arena's output regions."""
-        torch = self.torch
         outs = as_outputs(out)
-        described = [describe(o) for o in outs]
+        described = [describe(o, self.Tensor) for o in outs]
         for k, (o, region) in enumerate(zip(outs, self.out_regions)):
             d = described[k]
             if d.get("plain") is not None and d["shape"] == list(region.shape) and d["dtype"] == region.dtype \
-                    and o.device == self.device and o.layout == torch.strided:
+                    and o.device == self.device and o.layout == self.strided:
                 self.arena.tensor(region).copy_(o)
         self.sync()
         return described
 
     def forward(self, message: dict[str, Any]) -> None:
         """One verification call: poisoned allocator, traced forward, outputs delivered."""
-        from kgen.harness.trace import OpTrace
-
         torch = self.torch
         module = message.get("module", "candidate")
         model = self.models.get(module)
@@ -381,11 +424,11 @@ class Runner:
             return
         meta = bool(message.get("meta")) and self.compiling
         if not meta:
-            poison_allocator(self.device, self.out_bytes)
+            poison_allocator(self.device, self.out_bytes, self.sync)
         args = self.args(meta)
-        trace = OpTrace() if not self.compiling else _NoTrace()  # the compile step's call is not evidence
+        trace = self.OpTrace() if not self.compiling else _NoTrace()  # the compile step's call is not evidence
         self.counter.reset()
-        started = time.perf_counter()
+        started = perf_counter()
         try:
             with trace, torch.no_grad():
                 out = model(*args)
@@ -398,30 +441,35 @@ class Runner:
             self.channel.send({"type": "failed", "outcome": "static_reject", "stage": message.get("stage", "forward"),
                                "message": self.forbidden_message()})
             return
-        peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
+        if self.reject_if_replaced(message.get("stage", "forward")):
+            return
+        peak = self._memory_stats(self.device.index)["allocated_bytes"]["all"]["peak"] if self.cuda else None
         self.channel.send({"type": "output", "outputs": described, "work": trace.work,
                            "launches": self.counter.launches.get(module, 0),
                            "kernels": self.counter.names.get(module, []),
-                           "seconds": time.perf_counter() - started, "peak_bytes": peak})
+                           "seconds": perf_counter() - started, "peak_bytes": peak})
 
     def timed(self, message: dict[str, Any]) -> None:
         """One timed call (GPU): CUDA events around forward and a device-wide synchronize; the outputs
-        are delivered after the end event, inside the judge's clock."""
+        are delivered after the end event, inside the judge's clock. The events, their stream and their
+        C-level record and elapsed_time were all taken before the candidate was imported."""
         torch = self.torch
         model = self.models.get(message.get("module", "candidate"))
         args = self.args()
-        start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
+        start, end = self._events
         try:
-            start.record()
+            self._record(start, self._stream)
             with torch.no_grad():
                 out = model(*args)
             self.sync()
-            end.record()
+            self._record(end, self._stream)
             self.sync()
-            elapsed = start.elapsed_time(end)
+            elapsed = self._elapsed(start, end)
             described = self.deliver(out)
         except BaseException as e:  # noqa: BLE001
             self.fail(e, "timing", "candidate")
+            return
+        if self.reject_if_replaced("timing", timed=True):
             return
         self.channel.send({"type": "timed", "elapsed_ms": elapsed, "outputs": described})
 
@@ -454,6 +502,8 @@ class Runner:
             triton_stats = _triton_stats(sys.modules.get("kgen_candidate"))
         except BaseException:  # noqa: BLE001 - whatever the candidate's objects raise: a shorter profile
             launches, triton_stats = [], []
+        if self.reject_if_replaced("the kernel audit"):
+            return
         self.channel.send({"type": "profile", "kernels": kernels[:50], "launches": launches, "triton": triton_stats})
 
     def window(self) -> None:

@@ -1,0 +1,292 @@
+"""What the runner relies on after the candidate is imported, pinned before it and checked after.
+
+The runner runs in the candidate's process, so everything it calls once the candidate is imported is
+the candidate's to replace: `torch.cuda.Event.record = fake` (or `setattr`, `type.__setattr__`, a write
+into the class's real `__dict__`, a function's `__code__` swapped) would make every timed run report
+what the candidate wants. Two defences, in this order:
+
+1. Bound before the import, at the C level where torch offers it (kgen.harness.runner): the CUDA
+   events' `record` and `elapsed_time` (`torch._C._CudaEventBase`'s own method descriptors, on events
+   and a default-stream object made before the import), the device-wide synchronize
+   (`torch._C._cuda_synchronize`), the memory statistics (`torch._C._cuda_memoryStats`), the clock
+   (`time.perf_counter`), the op trace's class. Replacing the Python names changes nothing the
+   runner does.
+2. `Pins`: everything else the runner calls after the import is snapshot by identity before it (the
+   namespaces below: each module's dict, the dicts of the classes it defines, each Python function's
+   code, defaults and closure cells) and compared after the import and after every call, before the
+   runner's report is sent. A difference is named ("torch.Tensor.copy_ replaced") and the candidate
+   gets `static_reject`. Identity, not equality: a stand-in with an `__eq__` that says yes is still
+   another object. A name a module or class gains is allowed unless it shadows one the runner's
+   lookups would otherwise find (a builtin in a module, a base class's attribute in a class): torch
+   adds submodules to its namespace as they are imported.
+
+The calls the runner makes after the candidate's import (kgen.harness.runner), and what covers each:
+- `load`: `getattr`, `isinstance`, `issubclass` (builtins), `torch.nn.Module`, `torch.manual_seed`,
+  `torch.device` as a context, `copy_weights` (`Module.state_dict`, `load_state_dict`, `to`, `eval`,
+  `torch.no_grad`), `Channel.send`: pinned namespaces (builtins, torch, torch.nn.modules.module,
+  torch.autograd.grad_mode, the runner's and the protocol's modules).
+- `forward`: `poison_allocator` (`torch.empty`, `Tensor.fill_`, the bound synchronize), `args` (the
+  arena's `tensor`: `torch.frombuffer` / `Tensor.view` / slicing), `OpTrace` (bound; its base
+  `TorchDispatchMode` in torch.utils._python_dispatch pinned), `LaunchCounter.reset`,
+  `time.perf_counter` (bound), the bound synchronize, `deliver` (`describe`: `isinstance`, `type`,
+  `torch.Tensor`, `.shape/.dtype/.device/.layout`; `Tensor.copy_`), the bound memory statistics,
+  `Channel.send` (`json.dumps` and json.encoder, `struct.pack`, `socket.send_fds`,
+  `socket.socket.sendall`).
+- `timed`: `args`, the bound events and synchronize, `deliver`, `Channel.send`.
+- `profile`: `torch.profiler.profile` and `key_averages` (torch.profiler.profiler,
+  torch.autograd.profiler, torch.autograd.profiler_util pinned), `_kernel_launches` (`json.load`,
+  `open`, `os.remove`), `_triton_stats`.
+- `window`: `torch.cuda.cudart()` (torch.cuda pinned); `ping`: `Tensor.add_`, the bound synchronize.
+- between calls, `Channel.receive`: `select.select`, `socket.recv_fds`, `json.loads`, `struct.unpack`,
+  `time.monotonic` (pinned modules).
+- always: the launch counter and the forbidden-use guards that kgen.harness.trace installs on
+  triton.runtime.jit / .interpreter, threading, _thread, subprocess, multiprocessing.process, os
+  (pinned after they are installed, so undoing a guard is caught too); `sys.modules` entries of every
+  pinned module; no trace or profile hook (`sys.settrace`, `sys.setprofile`, `sys.monitoring`) and
+  the signal handlers unchanged (each would run the candidate's code inside the runner's own calls).
+
+What this cannot do: it runs in the candidate's process, so a candidate that writes memory with
+ctypes, or rewrites this module's own code first, gets past it. The judge's clock (kgen.judge,
+measured slack) bounds whatever a timing lie gains beyond its measured noise.
+"""
+
+from __future__ import annotations
+
+import builtins
+import signal
+import sys
+import types
+from collections.abc import Iterable
+from typing import Any, Optional
+
+# Modules whose namespace, and whose classes' namespaces, the runner relies on after the import. TIMED: what
+# a timed run uses outside the candidate's forward (the runner and the protocol bind torch.Tensor and the
+# socket functions before the import), checked after every timed run (~0.3 ms on a busy CPU); the rest is
+# checked after the import and every verification and profiled call (~5 ms).
+TIMED_MODULES = (
+    "builtins", "time", "json", "json.encoder", "json.decoder", "json.scanner", "struct", "select",
+    "torch.autograd.grad_mode", "kgen.harness.runner", "kgen.harness.protocol", "kgen.harness.gpu_share",
+    "kgen.harness.pins",
+)
+OTHER_MODULES = (
+    "torch", "socket", "_socket", "os", "posix", "pickle", "threading", "_thread", "subprocess",
+    "multiprocessing.process",
+    "torch.cuda", "torch.cuda.streams", "torch.cuda.memory", "torch.nn.modules.module",
+    "torch.utils._python_dispatch", "torch.utils.flop_counter",
+    "torch.profiler", "torch.profiler.profiler", "torch.autograd.profiler", "torch.autograd.profiler_util",
+    "triton", "triton.runtime.jit", "triton.runtime.interpreter", "kgen.harness.trace", "kgen.harness.cuda_build",
+)
+# Classes defined elsewhere than where the runner reaches them (torch.Tensor is torch._tensor's); torch's own
+# classes are pinned only by name here (it defines hundreds, the legacy tensor types among them).
+TIMED_CLASSES = ("torch.Tensor", "socket.socket")
+OTHER_CLASSES = ("torch.nn.Module", "torch.device", "torch.dtype")
+# Names the runner does not call after the import (it bound them before), and that torch itself replaces
+# when torch._dynamo is first imported (it wraps manual_seed).
+NOT_RELIED_ON = frozenset({"torch.manual_seed"})
+HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, whose attributes can be set
+
+
+def _resolve(dotted: str) -> Any:
+    module, _, attr = dotted.rpartition(".")
+    return getattr(sys.modules.get(module), attr, None)
+
+
+def _functions(value: Any) -> list[types.FunctionType]:
+    """The Python functions behind a namespace entry (a function, a static/class method, a property)."""
+    if isinstance(value, types.FunctionType):
+        return [value]
+    if isinstance(value, (staticmethod, classmethod)):
+        return _functions(value.__func__)
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if isinstance(f, types.FunctionType)]
+    return []
+
+
+class _Function:
+    """A Python function as it was: besides its identity, its code, defaults and closure cells' contents
+    (all writable from Python), compared by identity, never by an `__eq__` a stand-in may define."""
+
+    __slots__ = ("cells", "code", "defaults", "fn", "kwdefaults", "label")
+
+    def __init__(self, label: str, fn: types.FunctionType):
+        self.label, self.fn = label, fn
+        self.code, self.defaults, self.kwdefaults = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+        self.cells = tuple((cell, _cell(cell)) for cell in fn.__closure__ or ())
+
+    def unchanged(self) -> bool:
+        fn = self.fn
+        if fn.__code__ is not self.code or fn.__defaults__ is not self.defaults \
+                or fn.__kwdefaults__ is not self.kwdefaults:
+            return False
+        return all(_cell(cell) is contents for cell, contents in self.cells)
+
+
+_EMPTY = object()
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _EMPTY
+
+
+class _Namespace:
+    """One dict (a module's or a class's), as it was: its entries by identity."""
+
+    def __init__(self, label: str, owner: Any, is_class: bool):
+        self.label, self.owner, self.is_class = label, owner, is_class
+        self.take()
+
+    def take(self) -> None:
+        d = self.owner.__dict__
+        self.entries = dict(d)  # holds the objects, so their ids stay theirs
+        self.key_ids = tuple(map(id, d))
+        self.value_ids = tuple(map(id, d.values()))
+
+    def unchanged(self) -> bool:
+        d = self.owner.__dict__
+        return tuple(map(id, d)) == self.key_ids and tuple(map(id, d.values())) == self.value_ids
+
+    def differences(self) -> list[str]:
+        """What changed, named; an empty list when only harmless names were added (then re-taken)."""
+        d = self.owner.__dict__
+        changed = []
+        for key, value in self.entries.items():
+            if f"{self.label}.{key}" in NOT_RELIED_ON:
+                continue
+            if key not in d:
+                changed.append(f"{self.label}.{key} deleted")
+            elif d[key] is not value:
+                changed.append(f"{self.label}.{key} replaced")
+        for key in d.keys() - self.entries.keys():
+            if self._shadows(key):
+                changed.append(f"{self.label}.{key} added")
+        if not changed:
+            self.take()
+        return changed
+
+    def _shadows(self, key: Any) -> bool:
+        if not isinstance(key, str) or type(key) is not str:
+            return True
+        if self.is_class:
+            return key.startswith("__") or any(key in vars(base) for base in self.owner.__mro__[1:])
+        return hasattr(builtins, key)
+
+
+class _Instance:
+    """An object the runner holds, as it was: its class and its fixed attributes, by identity."""
+
+    def __init__(self, label: str, obj: Any, fixed: tuple[str, ...]):
+        self.label, self.obj, self.cls = label, obj, type(obj)
+        self.fixed = {name: obj.__dict__[name] for name in fixed if name in obj.__dict__}
+
+    def differences(self) -> list[str]:
+        if type(self.obj) is not self.cls:
+            return [f"the class of {self.label} replaced"]
+        d = self.obj.__dict__
+        changed = [f"{self.label}.{name} replaced" for name, value in self.fixed.items() if d.get(name) is not value]
+        changed += [f"{self.label}.{name} added" for name in d if not isinstance(name, str) or type(name) is not str
+                    or any(name in vars(base) for base in self.cls.__mro__)]
+        return changed
+
+
+class Pins:
+    """The snapshot: `take()` before the candidate exists, `changed()` after each of its calls."""
+
+    def __init__(self, modules: Iterable[str] = TIMED_MODULES + OTHER_MODULES,
+                 classes: Iterable[str] = TIMED_CLASSES + OTHER_CLASSES):
+        self.namespaces: list[_Namespace] = []
+        self.functions: list[_Function] = []
+        self.modules: dict[str, Any] = {}
+        seen: set[int] = set()
+        for name in modules:
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            self.modules[name] = module
+            self._add(name, module, False, seen)
+            if name == "torch":
+                continue
+            for attr, value in list(vars(module).items()):
+                # types that are not heap types (str, int, bytearray...) refuse setattr: left out, for speed
+                if isinstance(value, type) and value.__module__ == name and value.__flags__ & HEAP_TYPE:
+                    self._add(f"{name}.{attr}", value, True, seen)
+        for dotted in classes:
+            cls = _resolve(dotted)
+            if isinstance(cls, type):
+                self._add(dotted, cls, True, seen)
+        self.instances: list[_Instance] = []
+        self.handlers = self._handlers()
+
+    def instance(self, label: str, obj: Any, fixed: Iterable[str]) -> None:
+        """Pin an object the runner holds: its class, the attributes in `fixed`, and no attribute of its
+        own that shadows one of its class (`runner.deliver = fake`)."""
+        self.instances.append(_Instance(label, obj, tuple(fixed)))
+
+    def _add(self, label: str, owner: Any, is_class: bool, seen: set[int]) -> None:
+        if id(owner) in seen:
+            return
+        seen.add(id(owner))
+        namespace = _Namespace(label, owner, is_class)
+        self.namespaces.append(namespace)
+        # the Python functions' code, defaults and closures too (not of torch's top level: C functions mostly)
+        if label not in ("torch", "builtins"):
+            for key, value in namespace.entries.items():
+                for fn in _functions(value):
+                    self.functions.append(_Function(f"{label}.{key}", fn))
+
+    @staticmethod
+    def _handlers() -> dict[int, Any]:
+        handlers = {}
+        for sig in signal.valid_signals():
+            try:
+                handlers[sig] = signal.getsignal(sig)
+            except (ValueError, OSError):
+                continue
+        return handlers
+
+    def changed(self) -> list[str]:
+        """What differs from the snapshot, named; empty when nothing the runner relies on changed."""
+        found: list[str] = []
+        for namespace in self.namespaces:
+            if not namespace.unchanged():
+                found += namespace.differences()
+        found += [f"{f.label} rewritten (its code, defaults or closure)" for f in self.functions if not f.unchanged()]
+        for instance in self.instances:
+            found += instance.differences()
+        for name, module in self.modules.items():
+            if sys.modules.get(name) is not module:
+                found.append(f"sys.modules[{name!r}] replaced")
+        found += hooks_set()
+        for sig, handler in self.handlers.items():
+            try:
+                if signal.getsignal(sig) is not handler:
+                    found.append(f"the handler of signal {signal.Signals(sig).name} replaced")
+            except (ValueError, OSError):
+                continue
+        return found
+
+
+def hooks_set() -> list[str]:
+    """Trace, profile and monitoring hooks: each runs the candidate's code inside the runner's calls."""
+    found = []
+    if sys.gettrace() is not None:
+        found.append("a trace hook set (sys.settrace)")
+    if sys.getprofile() is not None:
+        found.append("a profile hook set (sys.setprofile)")
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        for tool in range(6):
+            if monitoring.get_tool(tool) is not None:
+                found.append(f"a sys.monitoring tool registered ({monitoring.get_tool(tool)!s:.40})")
+    return found
+
+
+def message(changed: list[str], limit: int = 12) -> Optional[str]:
+    """The candidate's rejection, naming what it replaced; None when nothing was."""
+    if not changed:
+        return None
+    shown = "; ".join(changed[:limit]) + (f"; and {len(changed) - limit} more" if len(changed) > limit else "")
+    return (f"it replaced what kgen's runner uses after the candidate is imported ({shown}): candidates may not "
+            "change torch, the timing functions or the runner's own code")
