@@ -329,6 +329,15 @@ class Runner:
             self.channel.send({"type": "failed", "outcome": "static_reject", "stage": stage, "message": text})
         return text is not None
 
+    def peak_bytes(self) -> Optional[int]:
+        """The caching allocator's peak (torch.cuda.max_memory_allocated, read at the C level)."""
+        if not self.cuda:
+            return None
+        try:
+            return int(self._memory_stats(self.device.index)["allocated_bytes"]["all"]["peak"])
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            return None
+
     def sync(self) -> None:
         """Wait for all work on the (only) device: the current device is set once, at start."""
         if self.cuda:
@@ -443,7 +452,7 @@ class Runner:
             return
         if self.reject_if_replaced(message.get("stage", "forward")):
             return
-        peak = self._memory_stats(self.device.index)["allocated_bytes"]["all"]["peak"] if self.cuda else None
+        peak = self.peak_bytes()
         self.channel.send({"type": "output", "outputs": described, "work": trace.work,
                            "launches": self.counter.launches.get(module, 0),
                            "kernels": self.counter.names.get(module, []),
