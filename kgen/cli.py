@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 
 from kgen import __version__, fmt
 from kgen.errors import KgenError
-from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, SIZES
+from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, SIZES, verdict_label
 
 
 class KgenCommand(TyperCommand):
@@ -313,8 +313,9 @@ def eval_cmd(
         print(json.dumps(result.to_dict(), default=str))
     else:
         style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
-        console.print(f"[{style}]{result.outcome}[/] {loaded.name} ({loaded.size}) on {result.device}: "
-                      f"{result.language or 'unknown language'}", highlight=False)
+        console.print(f"[{style}]{verdict_label(result.outcome, result.device)}[/] {loaded.name} "
+                      f"({loaded.size}) on {result.device}: {result.language or 'unknown language'}", highlight=False,
+                      soft_wrap=True)
         for line in eval_lines(loaded, result):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     if check and result.outcome != "correct":

@@ -28,6 +28,7 @@ from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
 from kgen.errors import KgenError
 from kgen.fmt import Column
 from kgen.promotion import RuntimeSpread, promotion_order, samples_of, spread_of, within_noise
+from kgen.records import CPU_CORRECT, verdict_label
 from kgen.store import process_alive
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -70,9 +71,15 @@ class LeaderboardRow:
     speedup_per_gpu_hour: Optional[float] = None
     free: bool = False
 
+    @property
+    def verdict(self) -> str:
+        """Its outcome as users read it (a CPU row's says what was not audited: kgen.records.CPU_CORRECT)."""
+        return verdict_label("correct", self.device)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["evaluated_at"] = self.evaluated_at.isoformat(timespec="seconds")
+        d["verdict"] = self.verdict
         return d
 
 
@@ -149,7 +156,7 @@ def to_json(rows: list[LeaderboardRow]) -> str:
 
 def to_csv(rows: list[LeaderboardRow]) -> str:
     out = io.StringIO()
-    names = list(LeaderboardRow.__dataclass_fields__)
+    names = [*LeaderboardRow.__dataclass_fields__, "verdict"]
     writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     for r in rows:
@@ -166,7 +173,15 @@ def to_markdown(rows: list[LeaderboardRow]) -> str:
     lines = ["| " + " | ".join(c.header for c in COLUMNS) + " |",
              "| " + " | ".join("---:" if c.numeric else "---" for c in COLUMNS) + " |"]
     lines += ["| " + " | ".join(cell(x) for x in row_cells(r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    note = cpu_note(rows)
+    return "\n".join(lines + ([f"\n{note}"] if note else [])) + "\n"
+
+
+def cpu_note(rows: list[LeaderboardRow]) -> Optional[str]:
+    """What a board with CPU rows must say about them (kgen.records.CPU_CORRECT); None without any."""
+    if not any(r.device == "cpu" for r in rows):
+        return None
+    return f"cpu rows: {CPU_CORRECT}"
 
 
 def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool = False) -> None:
@@ -174,6 +189,9 @@ def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool =
     ids and problem names in full); `wide` shows every column. The best of each group in bold."""
     fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=title, wide=wide,
                     styles=["bold" if r.rank == 1 else None for r in rows])
+    note = cpu_note(rows)
+    if note:
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     best_ms = {r.candidate_id: r.runtime_ms for r in rows if r.rank == 1}
     for r in rows:
         if r.tied_with is not None and (best_ms.get(r.tied_with) or 0.0) > r.runtime_ms:
@@ -418,7 +436,7 @@ def render_detail(detail: CandidateDetail, console) -> None:
         table.add_column(f"eval {e.id}", overflow="fold")
     fields = [
         ("device", lambda e: f"{e.device} ({e.size} size)"),
-        ("outcome", lambda e: e.outcome),
+        ("outcome", lambda e: verdict_label(e.outcome, e.device)),
         ("runtime", lambda e: f"{fmt.ms(e.runtime_ms)} ms" if e.runtime_ms is not None else "not timed"),
         ("eager", lambda e: f"{fmt.ms(e.eager_ms)} ms ({fmt.speedup(e.speedup_eager)})"
          if e.eager_ms is not None else fmt.MISSING),

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from kgen import fmt
 from kgen.promotion import RuntimeSpread, promoted_best, samples_of, spread_of
-from kgen.records import EvalResult
+from kgen.records import EvalResult, verdict_label
 
 
 @dataclass
@@ -239,8 +239,9 @@ def first_cause(message: Optional[str]) -> str:
 def describe(result: EvalResult) -> str:
     """One line for a finished evaluation: its outcome and the numbers or first cause that go with it."""
     if result.outcome == "correct":
-        if result.runtime_ms is None:
-            return "correct (untimed: no GPU)"
+        if result.runtime_ms is None:  # on the CPU: what was not audited, too (kgen.records.CPU_CORRECT)
+            return verdict_label(result.outcome, result.device) if result.device == "cpu" else \
+                "correct (untimed: no GPU)"
         parts = [f"{fmt.ms(result.runtime_ms)} ms", f"{fmt.speedup(result.speedup_eager)} vs eager",
                  f"{fmt.speedup(result.speedup_compile)} vs torch.compile"]
         if result.roofline_pct is not None:

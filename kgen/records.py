@@ -29,6 +29,19 @@ class Outcome(str, Enum):
         return self.value
 
 
+# On the CPU, Triton's interpreter runs the kernels inside the candidate's own process: the outputs are the
+# judge's to check, but nothing outside that process sees who computed them (no GPU kernel audit, and the op
+# trace and ablation run where the candidate can reach them). A CPU `correct` says so wherever it is shown.
+CPU_CORRECT = "correct (CPU: outputs checked; who did the work not audited)"
+
+
+def verdict_label(outcome: Optional[str], device: Optional[str]) -> str:
+    """An outcome as users read it: `correct` on the CPU is CPU_CORRECT."""
+    if outcome == Outcome.CORRECT.value and device == "cpu":
+        return CPU_CORRECT
+    return outcome or "not evaluated"
+
+
 # The verdicts an evaluation can reach about a candidate it ran (not_run and no_code aside).
 OUTCOMES = tuple(o.value for o in (Outcome.STATIC_REJECT, Outcome.COMPILE_ERROR, Outcome.RUNTIME_ERROR,
                                    Outcome.TIMEOUT, Outcome.INCORRECT, Outcome.CORRECT, Outcome.SUSPICIOUS,

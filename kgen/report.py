@@ -20,7 +20,17 @@ from kgen import __version__
 from kgen.db import Candidate, Database, Evaluation
 from kgen.errors import KgenError
 from kgen.fmt import Column
-from kgen.leaderboard import COLUMNS, RUN_COLUMNS, LeaderboardRow, RunRow, leaderboard, row_cells, run_cells, run_rows
+from kgen.leaderboard import (
+    COLUMNS,
+    RUN_COLUMNS,
+    LeaderboardRow,
+    RunRow,
+    cpu_note,
+    leaderboard,
+    row_cells,
+    run_cells,
+    run_rows,
+)
 from kgen.ledger import COST_COLUMNS, cost_cells
 from kgen.promotion import promoted_best, samples_of, spread_of
 
@@ -295,6 +305,9 @@ def render_html(data: ReportData, db_url: str) -> str:
     if data.board:
         parts.append("<p>The best correct, non-suspicious candidate per problem, device and size.</p>")
         parts.append(_table(COLUMNS, [row_cells(r) for r in data.board]))
+        note = cpu_note(data.board)
+        if note:
+            parts.append(_note(note))
     else:
         parts.append(_note("No correct candidates yet."))
 

@@ -41,6 +41,14 @@ FORBIDDEN_NAMES = {
     "os.posix_spawn": "starts processes",
     "os.posix_spawnp": "starts processes",
 }
+# What kgen's runner times, waits and reports with (kgen.harness.pins): a candidate may not assign to, delete
+# or setattr anything under these (torch.backends' flags excepted). Spelled through a variable, a getattr or a
+# gc walk it slips past this; the runner's identity check after every call catches it then.
+PROTECTED_NAMES = ("torch", "time", "socket", "json", "pickle", "struct", "select", "signal", "sys", "builtins",
+                   "kgen", "triton.runtime", "triton.compiler")
+UNPROTECTED_NAMES = ("torch.backends",)
+SETATTR_CALLS = {"setattr", "delattr", "type.__setattr__", "object.__setattr__", "type.__delattr__",
+                 "object.__delattr__"}
 CUDA_SOURCE_FORBIDDEN = {
     r"\bcudaStreamCreate\w*": "creates a CUDA stream in its CUDA source (side-stream work escapes timing)",
     r"\bgetStreamFromPool\b": "takes a side stream from the pool in its CUDA source",
@@ -63,8 +71,9 @@ def detect_language(source: str) -> str:
     kernels, else 'unknown'."""
     if "__global__" in source and re.search(r"\bload(_inline)?\s*\(", source):
         return "cuda"
-    if re.search(r"^\s*import\s+triton|^\s*from\s+triton\b", source, re.M) and re.search(
-            r"@\s*(triton\s*\.\s*)?(jit|autotune|heuristics)\b", source):
+    # `import torch, triton`, `import triton as tr` with `@tr.jit` too
+    if re.search(r"^\s*import\s+([\w.]+\s*(as\s+\w+\s*)?,\s*)*triton\b|^\s*from\s+triton\b", source, re.M) \
+            and re.search(r"@\s*(\w+\s*\.\s*)?(jit|autotune|heuristics)\b", source):
         return "triton"
     if "__global__" in source:
         return "cuda"
@@ -117,6 +126,61 @@ def _forbidden_use(tree: ast.Module, aliases: dict[str, str]) -> Optional[str]:
     return None
 
 
+def _protected(name: Optional[str]) -> bool:
+    def under(prefixes: tuple[str, ...]) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+    return name is not None and under(PROTECTED_NAMES) and not under(UNPROTECTED_NAMES)
+
+
+def _namespace_of(node: ast.AST, aliases: dict[str, str]) -> Optional[str]:
+    """The dotted name whose namespace an expression writes into: `torch.cuda.Event.record` (an attribute
+    assigned), `vars(torch.Tensor)[...]`, `torch.Tensor.__dict__[...]`."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and node.args:
+        return _dotted(node.args[0], aliases)
+    return _dotted(node, aliases)
+
+
+def _replaces_protected(tree: ast.Module, aliases: dict[str, str]) -> Optional[str]:
+    """What the source replaces of what kgen's runner relies on, as written: an assignment or `del` of
+    an attribute under a protected name, `setattr(torch.cuda.Event, ...)` (and `type.__setattr__`,
+    `object.__setattr__`, `delattr`), a write into `vars(...)` or `.__dict__` of one."""
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call):
+            func = _dotted(node.func, aliases) or ""
+            method = func.rsplit(".", 1)[-1]
+            if func in SETATTR_CALLS and node.args:
+                targets = [node.args[0]]
+            elif method in ("__setattr__", "__delattr__") and isinstance(node.func, ast.Attribute):
+                targets = [node.func.value]
+            elif method in ("update", "__setitem__", "setdefault", "pop") and isinstance(node.func, ast.Attribute):
+                holder = node.func.value  # vars(torch.Tensor).update(...), torch.Tensor.__dict__.update(...)
+                if (isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id == "vars") \
+                        or (isinstance(holder, ast.Attribute) and holder.attr == "__dict__"):
+                    targets = [holder]
+        for target in targets:
+            for element in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                if not isinstance(element, (ast.Attribute, ast.Subscript, ast.Call, ast.Name)):
+                    continue
+                if isinstance(element, ast.Name) and not isinstance(node, ast.Call):
+                    continue  # rebinding a plain name of its own changes nothing of kgen's
+                name = _namespace_of(element, aliases)
+                if _protected(name):
+                    name = name.removesuffix(".__dict__")
+                    return (f"replaces '{name}' (kgen's runner times, waits and reports with what is there; a "
+                            "candidate may not change torch, the timing functions or the runner)")
+    return None
+
+
 def _string_constants(tree: ast.Module) -> list[str]:
     return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
@@ -143,7 +207,7 @@ def check_source(source: str) -> StaticVerdict:
                         for n in tree.body)
     if not defines_model:
         return StaticVerdict("defines no ModelNew class (a candidate must define class ModelNew(nn.Module))", language)
-    forbidden = _forbidden_use(tree, aliases)
+    forbidden = _forbidden_use(tree, aliases) or _replaces_protected(tree, aliases)
     if forbidden:
         return StaticVerdict(forbidden, language)
     strings = _string_constants(tree)
@@ -152,6 +216,8 @@ def check_source(source: str) -> StaticVerdict:
             return StaticVerdict(why, language)
     kernels = tuple(n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
                     and any(_is_triton_decorator(d, aliases) for d in n.decorator_list))
+    if language == "unknown" and kernels:  # Triton kernels, however its imports are spelled
+        language = "triton"
     builds_cuda = any(isinstance(n, ast.Call) and (_dotted(n.func, aliases) or "").split(".")[-1] in CUDA_BUILDERS
                       for n in ast.walk(tree)) and any("__global__" in s for s in strings)
     if not kernels and not builds_cuda:

@@ -87,6 +87,14 @@ GPU_EXPECTED: dict[str, frozenset] = {
     "c6_address_cache": frozenset({"incorrect", "suspicious"}),
     "c6_stale_every_other": frozenset({"incorrect", "suspicious"}),
     "c6_gpu_detect_audit": frozenset({"static_reject", "incorrect", "suspicious"}),
+    # 8. timing lies: what the runner times and reports with, replaced after its import (kgen.harness.pins) ...
+    "c8_event_setattr": frozenset({"static_reject"}),
+    "c8_event_real_dict": frozenset({"static_reject"}),
+    "c8_channel_code_swap": frozenset({"static_reject"}),
+    "c8_profile_hook": frozenset({"static_reject"}),
+    # ... or lied about with nothing replaced that an identity check can see: the judge's clock (its measured slack)
+    "c8_ctypes_elapsed": frozenset({"suspicious"}),
+    "c8_rerecord_start": frozenset({"suspicious"}),
 }
 
 EXTRA: dict[str, set[str]] = {
@@ -118,8 +126,6 @@ _CPU_WHO_DID_THE_WORK = (
 XFAIL: dict[str, str] = {
     "c1_leftover_mode": _CPU_WHO_DID_THE_WORK.format(how="a TorchFunctionMode left pushed fills the output when "
                                                           "the runner copies it out, after the traced call"),
-    "c1_patch_runner_report": _CPU_WHO_DID_THE_WORK.format(how="it rewrites the runner's Channel.send so every "
-                                                                "report says work={}"),
     "c2_disable_modes": _CPU_WHO_DID_THE_WORK.format(how="torch.utils._python_dispatch._disable_current_modes()"),
     "c2_pop_mode_stacks": _CPU_WHO_DID_THE_WORK.format(how="the mode stacks popped and pushed back"),
     "c2_redispatch": _CPU_WHO_DID_THE_WORK.format(how="aten._softmax.redispatch with a CPU-only key set"),
@@ -135,3 +141,28 @@ XFAIL: dict[str, str] = {
                            "only in the latter; the randomly checked timed outputs are correct, so nothing "
                            "sees torch doing the work",
 }
+
+# Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attacks whose lie
+# only the judge's clock sees, at several shaves (a share of the time, and a constant in ms), on a short kernel
+# (softmax small: 20 launches, ~0.1 ms) and a long one (softmax full: ~1 ms). A shave of at least twice the
+# clock check's floor (kgen.judge.CLOCK_FLOOR_MS) must be `suspicious`; the share-0 runs are honest.
+CLOCK_MATRIX = tuple((attack, share, ms) for attack in ("c8_ctypes_elapsed", "c8_rerecord_start")
+                     for share, ms in ((0.0, 0.0), (0.05, 0.0), (0.2, 0.0), (0.5, 0.0), (0.0, 0.05))
+                     if not (attack == "c8_rerecord_start" and ms))  # a re-recorded event shaves a share only
+CLOCK_SIZES = ("small", "full")
+
+
+def shave_variant(source: str, share: float, ms: float) -> str:
+    """An attack's source with its SHAVE_SHARE (and SHAVE_MS) set."""
+    import re
+
+    text, count = re.subn(r"^SHAVE_SHARE(, SHAVE_MS)? = [^\n]+", f"SHAVE_SHARE, SHAVE_MS = {share!r}, {ms!r}",
+                          source, count=1, flags=re.M)
+    assert count == 1, "the attack has no SHAVE_SHARE line"
+    return text
+
+
+def shave_must_be_caught(share: float, ms: float, honest_ms: float, floor_ms: float) -> bool:
+    """Whether the clock check must flag this shave of a kernel that takes `honest_ms`. The re-recorded
+    start event leaves out round(share · 20) of 20 launches, about share · honest_ms."""
+    return share * honest_ms + ms >= 2 * floor_ms

@@ -21,9 +21,9 @@ GPU_EXPECTED = {
     "side_stream_plain": "static_reject",
     "side_stream_dodged": "static_reject",
     "cuda_illegal_address": "runtime_error",
-    # the runner took Event and synchronize before the candidate was imported: its patch changes nothing,
-    # and its honest kernel is timed honestly (test_patched_timing_gains_nothing)
-    "patches_timing": "correct",
+    # it assigns torch.cuda.Event and synchronize (the runner's C-level ones would be unaffected); the static check
+    # names it, and tests/attacks/c8_* spell it so only the runner's identity check (kgen.harness.pins) sees it
+    "patches_timing": "static_reject",
     "empty_like_leftover": "incorrect",
     "modifies_input": "incorrect",
     "torch_softmax_token": "static_reject",
@@ -75,20 +75,18 @@ def test_correct_candidates_are_timed_on_the_gpu(gpu_results):
         assert result.runtime_ms and result.runtime_ms > 0
         timing = result.details["timing"]
         assert timing["runs"] >= 20 and timing["checked_runs"] >= 1
-        # the judge's clock agrees: nothing beyond the overhead of a runner that does nothing. Below zero
-        # is harmless (the null runner, idle between its interleaved runs, wakes more slowly: -0.14 ms seen)
-        assert -0.3 < timing["unexplained_ms"] < 0.1 * timing["median_ms"] + 0.1
+        # the judge's clock agrees: nothing beyond the overhead of a runner that does nothing, within the noise
+        # measured in this timing (kgen.judge.clock_check). Below zero is harmless
+        assert -0.3 < timing["clock_gap_ms"] < timing["clock_threshold_ms"], timing
         assert result.device != "cpu"
         kernels = result.details["gpu_kernels"]
         assert isinstance(kernels, list) and any(k["whose"] == "own" for k in kernels)
 
 
-def test_patched_timing_gains_nothing(gpu_results):
-    """patches_timing replaces torch.cuda.Event and synchronize with fakes that claim ~0 ms; the same
-    kernel unpatched (good_triton_softmax) takes its real time, and so must the patched one."""
-    honest = gpu_results["good_triton_softmax"].runtime_ms
-    patched = gpu_results["patches_timing"].runtime_ms
-    assert patched is not None and patched > 0.5 * honest, (patched, honest)
+def test_patched_timing_is_named(gpu_results):
+    """patches_timing replaces torch.cuda.Event and synchronize with fakes that claim ~0 ms: rejected, and
+    the message says what it replaced."""
+    assert "torch.cuda.Event" in gpu_results["patches_timing"].message
 
 
 def test_correct_candidates_carry_a_kernel_profile_and_gpu_telemetry(gpu_results):
