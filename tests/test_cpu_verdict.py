@@ -1,0 +1,63 @@
+"""A CPU `correct` says what it did not audit wherever it is shown: on the CPU, Triton's interpreter runs
+the kernels inside the candidate's own process, so the judge checks the outputs but cannot see who
+computed them (kgen.records.CPU_CORRECT). GPU verdicts read as before. (`kgen eval`'s line:
+tests/test_eval_units.py::test_cli_human_summary.)"""
+
+import json
+
+from kgen.records import CPU_CORRECT, EvalResult, verdict_label
+
+from conftest import run_kgen
+
+
+def test_the_label_of_a_cpu_correct_and_of_everything_else():
+    assert verdict_label("correct", "cpu") == CPU_CORRECT == (
+        "correct (CPU: outputs checked; who did the work not audited)")
+    assert verdict_label("correct", "NVIDIA H100 80GB HBM3") == "correct"
+    assert verdict_label("incorrect", "cpu") == "incorrect"
+    assert verdict_label(None, None) == "not evaluated"
+
+
+def test_the_leaderboard_says_it_of_its_cpu_rows_in_every_format(results):
+    path, ids = results
+    table = run_kgen("leaderboard", "--all", "--db", str(path))
+    assert table.returncode == 0, table.stderr
+    assert f"cpu rows: {CPU_CORRECT}" in table.stdout
+    markdown = run_kgen("leaderboard", "--all", "--db", str(path), "--format", "markdown").stdout
+    assert f"cpu rows: {CPU_CORRECT}" in markdown
+    rows = json.loads(run_kgen("leaderboard", "--all", "--db", str(path), "--format", "json").stdout)
+    verdicts = {r["candidate_id"]: r["verdict"] for r in rows}
+    assert verdicts[ids["cpu_first"]] == CPU_CORRECT and verdicts[ids["softmax_best"]] == "correct"
+    csv_text = run_kgen("leaderboard", "--all", "--db", str(path), "--format", "csv").stdout
+    assert csv_text.splitlines()[0].endswith(",verdict") and CPU_CORRECT in csv_text
+    gpu_only = run_kgen("leaderboard", "--device", "H100", "--db", str(path)).stdout
+    assert "CPU:" not in gpu_only
+
+
+def test_show_says_it_of_a_cpu_evaluation(results):
+    path, ids = results
+    shown = run_kgen("show", str(ids["cpu_first"]), "--db", str(path), env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert CPU_CORRECT in shown.stdout
+    gpu = run_kgen("show", str(ids["softmax_best"]), "--db", str(path), env={"COLUMNS": "200"}).stdout
+    assert "CPU:" not in gpu and "correct" in gpu
+
+
+def test_the_report_says_it_under_a_board_with_cpu_rows(results, tmp_path):
+    from kgen.db import open_db
+    from kgen.report import write_report
+
+    path, _ = results
+    db = open_db(str(path))
+    try:
+        html = write_report(db, tmp_path / "report.html").read_text()
+    finally:
+        db.close()
+    assert f"cpu rows: {CPU_CORRECT}" in html
+
+
+def test_the_search_progress_line_says_it():
+    from kgen.progress import describe
+
+    result = EvalResult(outcome="correct", device="cpu")
+    assert describe(result) == CPU_CORRECT
