@@ -107,7 +107,9 @@ def test_every_format_holds_the_same_rows(results, fmt):
         assert [int(x["candidate_id"]) for x in rows] == expected
         assert {x["torch_ops"] for x in rows} == {"", "aten.unfold"}
     elif fmt == "markdown":
-        lines = r.stdout.strip().splitlines()
+        lines, note = r.stdout.strip().split("\n\n")  # the table, then what its CPU rows did not audit
+        assert note.startswith("cpu rows: correct (CPU:")
+        lines = lines.splitlines()
         assert len(lines) == 2 + len(expected) and lines[1].startswith("| ---:")
         assert [int(line.split("|")[1]) for line in lines[2:]] == expected
         assert all(line.count("|") == lines[0].count("|") for line in lines)
