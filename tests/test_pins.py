@@ -47,7 +47,10 @@ def class_attribute(cls, name, value, how):
     try:
         yield
     finally:
-        if had:
+        if how == "real dict":
+            gc.get_referents(cls.__dict__)[0][name] = original
+            ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))
+        elif had:
             type.__setattr__(cls, name, original)
         else:
             type.__delattr__(cls, name)
@@ -84,6 +87,13 @@ def test_a_tensor_method_shadowed_on_torch_tensor_is_named(pins):
     on torch.Tensor itself shadows it: a new name, caught because a base class has it."""
     with class_attribute(torch.Tensor, "copy_", fake, "setattr"):
         assert "torch.Tensor.copy_ added" in pins.changed()
+    assert pins.changed() == []
+
+
+def test_a_method_written_into_torchs_c_tensor_type_is_named(pins):
+    """torch._C.TensorBase refuses setattr; its real dict, reached through gc, does not."""
+    with class_attribute(torch._C.TensorBase, "copy_", fake, "real dict"):
+        assert "torch._C.TensorBase.copy_ replaced" in pins.changed()
     assert pins.changed() == []
 
 

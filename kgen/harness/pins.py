@@ -79,7 +79,8 @@ OTHER_MODULES = (
 # Classes defined elsewhere than where the runner reaches them (torch.Tensor is torch._tensor's); torch's own
 # classes are pinned only by name here (it defines hundreds, the legacy tensor types among them).
 TIMED_CLASSES = ("torch.Tensor", "socket.socket")
-OTHER_CLASSES = ("torch.nn.Module", "torch.device", "torch.dtype")
+OTHER_CLASSES = ("torch.nn.Module", "torch.device", "torch.dtype",
+                 "torch._C.TensorBase")  # a C type: only a write into its real dict (gc, ctypes) changes it
 # Names the runner does not call after the import (it bound them before), and that torch itself replaces
 # when torch._dynamo is first imported (it wraps manual_seed).
 NOT_RELIED_ON = frozenset({"torch.manual_seed"})
