@@ -24,7 +24,8 @@ Order of an evaluation:
 5. audits: every call launched a kernel of its own, torch's work stayed under half the reference's,
    and on a GPU the device kernels' time is mostly the candidate's;
 6. timing (GPU): every timed run on inputs drawn just before it, L2 flushed by the judge, a random
-   sample of timed outputs checked, the runner's event times bounded by the judge's clock.
+   sample of timed outputs checked, the runner's event times bounded by the judge's clock within the
+   noise measured in that very timing (clock_check: do-nothing runs of an untouched runner interleaved).
 """
 
 from __future__ import annotations
@@ -1027,7 +1028,8 @@ class Stopwatch:
     `calibrate()` runs it on kgen's own do-nothing forward, in a runner no candidate code has touched
     yet: what a timed run costs besides the forward on this GPU (the round trip, the switch between
     the two processes' GPU contexts, the output copy). A candidate's runs may exceed that by their
-    event time and noise, no more."""
+    event time and the measured noise, no more (clock_check); `null_run()` measures it again during the
+    timing, in the reference runner."""
 
     def __init__(self, judge: Judge, slot: RunnerSlot):
         self.judge, self.slot, self.device = judge, slot, judge.device
