@@ -868,12 +868,12 @@ class Judge:
         stats.update(clock_gap_ms=round(clock.gap_ms, 4), clock_threshold_ms=round(clock.threshold_ms, 4),
                      clock_noise_ms=None if clock.noise_ms is None else round(clock.noise_ms, 5))
         if clock.flagged:
-            raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) is below the "
-                                              f"judge's own clock ({stats['judge_wall_median_ms']:.4g} ms per run, "
-                                              f"{watch.overhead_ms:.3g} ms of which a run that does nothing takes) "
-                                              f"by {clock.gap_ms:.4g} ms more than a run that does nothing, beyond "
-                                              f"the {clock.threshold_ms:.3g} ms its noise allows: the timing cannot "
-                                              "be trusted", runtime_ms=median, **self.errors())
+            raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) leaves "
+                                              f"{clock.gap_ms:.3g} ms of the judge's own clock "
+                                              f"({stats['judge_wall_median_ms']:.4g} ms per run) unexplained, beyond "
+                                              f"what a run that does nothing takes ({watch.overhead_ms:.3g} ms) and "
+                                              f"more than the {clock.threshold_ms:.3g} ms the measured noise allows: "
+                                              "the timing cannot be trusted", runtime_ms=median, **self.errors())
         return stats
 
     # -- the whole evaluation ------------------------------------------------------------------------
