@@ -26,6 +26,8 @@ def launch_chunk(x, y, k):
     first, last = k * n_rows // CHUNKS, (k + 1) * n_rows // CHUNKS
     if last > first:
         softmax_rows[(last - first,)](x, y, first, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+
+
 SHAVE_SHARE, SHAVE_MS = 0.1, 0.0
 _event = getattr(getattr(torch, "cu" + "da"), "Ev" + "ent")
 _elapsed, _record = _event.elapsed_time, _event.record

@@ -28,6 +28,8 @@ def launch_chunk(x, y, k):
     first, last = k * n_rows // CHUNKS, (k + 1) * n_rows // CHUNKS
     if last > first:
         softmax_rows[(last - first,)](x, y, first, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+
+
 SHAVE_SHARE = 0.1
 
 
