@@ -21,10 +21,11 @@ what the candidate wants. Two defences, in this order:
    adds submodules to its namespace as they are imported.
 
 The calls the runner makes after the candidate's import (kgen.harness.runner), and what covers each:
-- `load`: `getattr`, `isinstance`, `issubclass` (builtins), `torch.nn.Module`, `torch.manual_seed`,
-  `torch.device` as a context, `copy_weights` (`Module.state_dict`, `load_state_dict`, `to`, `eval`,
-  `torch.no_grad`), `Channel.send`: pinned namespaces (builtins, torch, torch.nn.modules.module,
-  torch.autograd.grad_mode, the runner's and the protocol's modules).
+- `load`: `importlib`'s loader (the import itself), `getattr`, `isinstance`, `issubclass` (builtins),
+  `torch.nn.Module`, `torch.manual_seed` (bound), `torch.device` as a context, `copy_weights`
+  (`Module.state_dict`, `load_state_dict`, `to`, `eval`, `torch.no_grad`), `Channel.send`: pinned
+  namespaces (builtins, torch, torch.nn.modules.module, torch.autograd.grad_mode, the runner's and the
+  protocol's modules).
 - `forward`: `poison_allocator` (`torch.empty`, `Tensor.fill_`, the bound synchronize), `args` (the
   arena's `tensor`: `torch.frombuffer` / `Tensor.view` / slicing), `OpTrace` (bound; its base
   `TorchDispatchMode` in torch.utils._python_dispatch pinned), `LaunchCounter.reset`,
@@ -39,6 +40,8 @@ The calls the runner makes after the candidate's import (kgen.harness.runner), a
 - `window`: `torch.cuda.cudart()` (torch.cuda pinned); `ping`: `Tensor.add_`, the bound synchronize.
 - between calls, `Channel.receive`: `select.select`, `socket.recv_fds`, `json.loads`, `struct.unpack`,
   `time.monotonic` (pinned modules).
+- `fail` (the candidate raised): `classify` and `traceback`'s formatting; what it sends is an error
+  outcome, and the exception's text is the candidate's to shape anyway.
 - always: the launch counter and the forbidden-use guards that kgen.harness.trace installs on
   triton.runtime.jit / .interpreter, threading, _thread, subprocess, multiprocessing.process, os
   (pinned after they are installed, so undoing a guard is caught too); `sys.modules` entries of every
