@@ -9,7 +9,7 @@ cut-off call keeps what it did):
 2. every Triton and CUDA starter of the bundled problems, full size, once: honest, so never flagged;
 3. the class-8 attacks (tests/attacks/c8_*): the four an identity check catches, full size, then the clock
    matrix (tests/attack_expectations.CLOCK_MATRIX: ctypes-rewritten elapsed_time and a re-recorded start
-   event, shaving 0-50% and 0.05 ms, on softmax small (~0.1 ms, 20 launches) and full (~1 ms));
+   event, shaving 0-50% and 0.05 ms, on softmax small (~50 µs, 4 launches) and full (~1 ms, 20));
 4. the starters again, up to --runs times each, and the Triton softmax and layernorm starters at the small
    size (short kernels), while the budget lasts.
 Then a table per candidate: outcome(s), runtime, the clock gap (the candidate's time beside its events
@@ -125,7 +125,7 @@ def main() -> None:
                 if last["runtime_ms"]:
                     honest_ms[attack, size] = last["runtime_ms"]
             elif (attack, size) in honest_ms:
-                caught = shave_must_be_caught(share, ms, honest_ms[attack, size], CLOCK_FLOOR_MS)
+                caught = shave_must_be_caught(attack, share, ms, size, honest_ms[attack, size], CLOCK_FLOOR_MS)
                 last["expected"] = "suspicious" if caught else "(below the floor: not claimed)"
     for _ in range(args.runs - 1):
         for problem, label, source in honest:

@@ -144,8 +144,9 @@ XFAIL: dict[str, str] = {
 
 # Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attacks whose lie
 # only the judge's clock sees, at several shaves (a share of the time, and a constant in ms), on a short kernel
-# (softmax small: 20 launches, ~0.1 ms) and a long one (softmax full: ~1 ms). A shave of at least twice the
-# clock check's floor (kgen.judge.CLOCK_FLOOR_MS) must be `suspicious`; the share-0 runs are honest.
+# (softmax small in 4 launches: ~50 µs, mostly the launches') and a long one (softmax full in 20: ~1 ms). A
+# shave of 1.5 times the clock check's floor (kgen.judge.CLOCK_FLOOR_MS) or more must be `suspicious`; the
+# share-0 runs are honest.
 CLOCK_MATRIX = tuple((attack, share, ms) for attack in ("c8_ctypes_elapsed", "c8_rerecord_start")
                      for share, ms in ((0.0, 0.0), (0.05, 0.0), (0.2, 0.0), (0.5, 0.0), (0.0, 0.05))
                      if not (attack == "c8_rerecord_start" and ms))  # a re-recorded event shaves a share only
@@ -162,7 +163,13 @@ def shave_variant(source: str, share: float, ms: float) -> str:
     return text
 
 
-def shave_must_be_caught(share: float, ms: float, honest_ms: float, floor_ms: float) -> bool:
-    """Whether the clock check must flag this shave of a kernel that takes `honest_ms`. The re-recorded
-    start event leaves out round(share · 20) of 20 launches, about share · honest_ms."""
-    return share * honest_ms + ms >= 2 * floor_ms
+CLOCK_CHUNKS = {"small": 4, "full": 20}  # the attacks' launches per forward (their chunks())
+
+
+def shave_must_be_caught(attack: str, share: float, ms: float, size: str, honest_ms: float,
+                         floor_ms: float) -> bool:
+    """Whether the clock check must flag this shave of a forward that takes `honest_ms`: one half as large
+    again as the floor. The re-recorded start event leaves out whole launches: round(share · c) of c."""
+    if attack == "c8_rerecord_start":
+        share = round(share * CLOCK_CHUNKS[size]) / CLOCK_CHUNKS[size]
+    return share * honest_ms + ms >= 1.5 * floor_ms

@@ -46,7 +46,7 @@ def test_a_shave_beyond_the_floor_is_caught_and_none_is_invented(clock_results, 
     timing = honest.details["timing"]
     assert timing["clock_gap_ms"] < timing["clock_threshold_ms"], timing
     result = clock_results[attack, share, ms, size]
-    if shave_must_be_caught(share, ms, honest.runtime_ms, CLOCK_FLOOR_MS):
+    if shave_must_be_caught(attack, share, ms, size, honest.runtime_ms, CLOCK_FLOOR_MS):
         assert result.outcome == "suspicious", (f"{attack} shaving {share:.0%} + {ms} ms of {honest.runtime_ms:.4g} "
                                                 f"ms ({size}): {result.outcome}, {result.details.get('timing')}")
         assert "beyond" in result.message
