@@ -19,6 +19,12 @@ Why this layout (triton_3xtf32_presplit.py is the starting point, 1.46-1.49 ms a
 Accuracy on Hopper: the tensor core's own fp32 accumulation drops low bits over long K (all three
 products in one accumulator over K = 4096 measured 2.9e-5 normwise), so each PROMOTE*BLOCK_K chunk is
 accumulated in a fresh tensor-core accumulator and promoted into an ordinary fp32 sum.
+
+Measured on the H100 (benchmarks/mm_gpu.sh, sweep.py medians, 2026-11-25): 1.406 ms persistent, 1.418 ms
+not, against 1.461 ms for triton_3xtf32_presplit.py in the same call; error 2.4e-7.  What did not help:
+BLOCK_N 256 at 8 warps (2.67 ms: the two 128x256 accumulators need 256 registers per thread and spill),
+16 warps (5.1 ms), BLOCK_K 16 (1.54-1.72 ms).  The two accumulators (the promotion) cap the tile at
+128x128, and at that tile the three operand tiles per K step keep the GEMM bound by L2-to-SM traffic.
 """
 import torch
 import torch.nn as nn
@@ -32,7 +38,7 @@ GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
 PROMOTE = 1       # K chunks (of BLOCK_K) summed in the tensor core before promotion to the fp32 sum
-PERSISTENT = 0    # 1: one program per SM loops over the output tiles
+PERSISTENT = 1    # 1: one program per SM loops over the output tiles
 SPLIT_BLOCK = 64
 
 KGEN_TUNABLE = {
