@@ -51,7 +51,7 @@ KGEN_TUNABLE = {
 MAX_BLOCK = 32768      # largest slice kept in registers (more spills at 32 warps)
 MIN_N = 1 << 16        # shorter rows: one barrier per row costs more than reading x twice
 MAX_ROWS = 1024        # rows are processed one after another by the persistent grid
-MAX_SPIN = 1 << 24     # polls before a program gives up waiting (only a broken co-residency gets there)
+MAX_SPIN = 1 << 20     # polls before a program gives up waiting (~1 s; only a broken co-residency gets there)
 # fallback (split stats) sizes
 FB_BLOCK = 8192
 FB_NORM_BLOCK = 2048
