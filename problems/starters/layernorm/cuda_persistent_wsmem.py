@@ -21,7 +21,8 @@ Scratch per call: counters [rows] (zeroed), partials [rows][G] double2.  Nothing
 Fallback (N % 4 != 0, misaligned, slice too large for registers, no cooperative launch, many rows):
 three plain kernels (chunk partials, per-row Chan combine, elementwise normalize; x read twice).
 
-Measured: not yet (written 2026-11-25; first GPU figures come from benchmarks/ln_gpu.sh).
+Measured: not yet on a GPU (written 2026-11-25; figures come from benchmarks/ln_gpu.sh).  nvcc 13.0,
+sm_90, ptxas -v: THREADS 512 / MAXV 16: 128 registers, 64 bytes spilled; 1024 / 8: 64 registers, 8 bytes.
 """
 import hashlib
 
