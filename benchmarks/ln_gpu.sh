@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call (<= ~9.5 min worst case, every step timed out; run it with the 600 s limit): sweep the new layernorm starters (issue 25) over small grids with
+# One device call (step timeouts sum to ~550 s; run it with the 600 s limit): sweep the new layernorm
+# starters (issue 25) over small grids with
 # benchmarks/sweep.py (trusted, do_bench medians), then run the best setting of each through the judge
 # (`kgen eval --json`, sandboxed, cold) and print ms, % of the 0.190 ms floor and the error.
 #   bash benchmarks/ln_gpu.sh            -> $OUT/ln-*.json, $OUT/ln-best-*.py, $OUT/ln-eval-*.json, $OUT/ln-summary.txt
