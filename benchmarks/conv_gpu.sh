@@ -22,14 +22,16 @@ sweep() {  # sweep NAME BUDGET_S PROBLEM FILE [--grid ...]
 }
 
 {
-sweep padded-baseline 20 conv2d triton_3xtf32_padded.py
-sweep s2d 130 conv2d triton_3xtf32_s2d.py --grid BLOCK_M=128,256 --grid NUM_WARPS=4,8 --grid NUM_STAGES=3,4
-sweep s2d-n64 40 conv2d triton_3xtf32_s2d.py --grid BLOCK_N=64 --grid NSUB=2 --grid BLOCK_M=64,128,256
-sweep then-pool-baseline 20 conv_relu_maxpool triton_3xtf32_conv_then_pool.py
-sweep s2d-then-pool 70 conv_relu_maxpool triton_3xtf32_s2d_then_pool.py --grid BLOCK_M=128,256 --grid NUM_WARPS=4,8
+sweep padded-baseline 15 conv2d triton_3xtf32_padded.py
+sweep s2d 100 conv2d triton_3xtf32_s2d.py --grid BLOCK_M=128,256 --grid NUM_WARPS=4,8 --grid NUM_STAGES=3,4
+sweep s2d-n64 20 conv2d triton_3xtf32_s2d.py --grid BLOCK_N=64 --grid NSUB=2 --grid BLOCK_M=128,256 --grid NUM_WARPS=8
+sweep then-pool-baseline 15 conv_relu_maxpool triton_3xtf32_conv_then_pool.py
+sweep s2d-then-pool 25 conv_relu_maxpool triton_3xtf32_s2d_then_pool.py --grid BLOCK_M=128,256 --grid NUM_WARPS=8
+sweep s2d-fused-pool 60 conv_relu_maxpool triton_3xtf32_s2d_fused_pool.py --grid POOL_ROWS=4,6 --grid PROGS_PER_SM=1,2
 } | tee "$OUT/conv-sweeps.txt"
 
-for pf in conv2d:conv2d/triton_3xtf32_s2d conv_relu_maxpool:conv_relu_maxpool/triton_3xtf32_s2d_then_pool; do
+for pf in conv2d:conv2d/triton_3xtf32_s2d conv_relu_maxpool:conv_relu_maxpool/triton_3xtf32_s2d_fused_pool \
+          conv_relu_maxpool:conv_relu_maxpool/triton_3xtf32_s2d_then_pool; do
   problem=${pf%%:*}; file=problems/starters/${pf#*:}.py; name=$(basename "$file" .py)
   t=$(left)
   if [ "$t" -lt 40 ]; then echo "== skip kgen eval $problem $name: ${t}s left"; continue; fi
@@ -54,15 +56,15 @@ for path in sorted(glob.glob(os.path.join(out, "conv-*.json"))):
         bad = sum(1 for r in d["rows"] if not r.get("ok"))
         if good:
             b = good[0]
-            print(f"sweep {d['problem']}/{d['starter']}: best {b['setting'] or '(as written)'} {b['ms']:.4f} ms "
+            print(f"{os.path.basename(path)} {d['problem']}/{d['starter']}: best {b['setting'] or '(as written)'} {b['ms']:.4f} ms "
                   f"({100 * floor / b['ms']:.0f}% of floor), err {b['err']:.1e}, eager {d['eager_ms']:.4f} ms; "
                   f"{len(good)} ok, {bad} failed/wrong")
         else:
-            print(f"sweep {d['problem']}/{d['starter']}: no correct combination ({bad} failed/wrong)")
+            print(f"{os.path.basename(path)} {d['problem']}/{d['starter']}: no correct combination ({bad} failed/wrong)")
     else:  # kgen eval --json
         ms = d.get("runtime_ms")
         shown = f"{ms:.4f} ms ({100 * floor / ms:.0f}% of floor)" if ms else "untimed"
-        print(f"eval {os.path.basename(path)}: {d.get('outcome')} {shown}, normwise {d.get('norm_rel_err')}, "
+        print(f"{os.path.basename(path)} (kgen eval): {d.get('outcome')} {shown}, normwise {d.get('norm_rel_err')}, "
               f"eager {d.get('eager_ms')}, compile {d.get('compile_ms')}, roofline {d.get('roofline_pct')} "
               f"{d.get('message') or ''}")
 EOF
