@@ -118,11 +118,11 @@ def _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off, acc, PROMOTE: tl.constexpr):
 
 @triton.jit
 def _store_scratch(scr_ptr, bias_ptr, acc, slot, slot_ok, offs_n, ch0, OC, BAND_SLOTS,
-                   HAS_BIAS: tl.constexpr):
+                   HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr):
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=offs_n < OC, other=0.0)[None, :]
     acc = tl.maximum(acc, 0.0)                    # ReLU commutes with the max pool
-    off = (ch0 + tl.arange(0, acc.shape[1]))[None, :] * BAND_SLOTS + slot[:, None]
+    off = (ch0 + tl.arange(0, BLOCK_N))[None, :] * BAND_SLOTS + slot[:, None]
     tl.store(scr_ptr + off, acc, mask=slot_ok[:, None])
 
 
@@ -174,15 +174,16 @@ def _conv_pool_kernel(xs_ptr, whi_ptr, wlo_ptr, bias_ptr, scratch_ptr, out_ptr,
                 if NSUB > 3:
                     acc3 = _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off + 3 * w_sub + k0, acc3, PROMOTE)
             slot_ok = slot < n_slots
-            _store_scratch(scr, bias_ptr, acc0, slot, slot_ok, offs_n, 0, OC, BAND_SLOTS, HAS_BIAS)
+            _store_scratch(scr, bias_ptr, acc0, slot, slot_ok, offs_n, 0, OC, BAND_SLOTS, HAS_BIAS, BLOCK_N)
             if NSUB > 1:
-                _store_scratch(scr, bias_ptr, acc1, slot, slot_ok, offs_n + BLOCK_N, BLOCK_N, OC, BAND_SLOTS, HAS_BIAS)
+                _store_scratch(scr, bias_ptr, acc1, slot, slot_ok, offs_n + BLOCK_N, BLOCK_N, OC, BAND_SLOTS,
+                               HAS_BIAS, BLOCK_N)
             if NSUB > 2:
                 _store_scratch(scr, bias_ptr, acc2, slot, slot_ok, offs_n + 2 * BLOCK_N, 2 * BLOCK_N, OC, BAND_SLOTS,
-                               HAS_BIAS)
+                               HAS_BIAS, BLOCK_N)
             if NSUB > 3:
                 _store_scratch(scr, bias_ptr, acc3, slot, slot_ok, offs_n + 3 * BLOCK_N, 3 * BLOCK_N, OC, BAND_SLOTS,
-                               HAS_BIAS)
+                               HAS_BIAS, BLOCK_N)
         tl.debug_barrier()                        # the whole band's conv is in scratch
         n_out = n_py * PW
         for q0 in range(0, NCH * n_out, POOL_BLOCK):
