@@ -4,8 +4,9 @@ of conv2d/triton_3xtf32_s2d.py with the ReLU and the max pool in its epilogue, s
 
 Triton cannot shift values across rows of an MMA accumulator, so the pool reads the conv tile back
 from a scratch buffer private to each program, written and read between two barriers; the scratch is
-reused band after band (grid = PROGS_PER_SM x SMs programs, ~190 KB each: ~25 MB in all), so its
-lines stay in L2 and are overwritten there rather than streamed to HBM.
+reused band after band (grid = PROGS_PER_SM x SMs programs, ~200 KB each), so its lines can stay in
+L2 and be overwritten there rather than streamed to HBM: 26 MB in all at one program per SM, 52 MB
+(more than L2) at two, which in exchange overlap one program's pool phase with the other's MMAs.
   * a program owns bands of POOL_ROWS pooled rows of one image, i.e. (POOL_ROWS-1)*PS + PK full-width
     conv rows (AlexNet, POOL_ROWS = 4: 9 conv rows x 55 = 495 pixels = 4 x 128 slots, 97% used); the
     conv row shared with the next band is computed twice (9/8 of the conv's MMAs);
