@@ -13,6 +13,9 @@ still spends a div/mod chain per K step and gathers A with a stride-4 pattern in
   * the weight is rearranged the same way (taps past KH/KW are zeros), split into TF32 hi and lo
     and kept K-major [OC_pad, K] (Hopper's TF32 MMAs read K-major operands); x is split in registers;
   * NSUB channel tiles of BLOCK_N share each gathered A tile (OC = 96 = 3 x 32, no padded MMAs).
+Registers (ptxas for sm_90 through Triton 3.9, no GPU): BLOCK_M x (NSUB x BLOCK_N) = 64 x (3 x 32) with
+4 warps takes 128 registers (4 programs per SM), 128 x (3 x 32) with 8 warps 138; 128 x (3 x 32) with 4
+warps and 256 x (3 x 32) with 8 spill (255 + stack), hence the defaults.
 Accuracy: acc += lo*hi + hi*lo + hi*hi (3xTF32), ~2.5e-6 normwise at K ~ 400; PROMOTE = 1 sums each
 K step in a fresh accumulator (always on when K > 1024, where Hopper's accumulation drifts).
 Traffic: read x once and write x_s2d (2 x 60 MB), read x_s2d ~once (L2 absorbs the 3x3 tap overlap),
@@ -23,7 +26,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK_M = 128
+BLOCK_M = 64
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-4), all multiplying the same gathered A tile
 BLOCK_K = 16      # also the channel padding unit: 48 channels at AlexNet's size; 32 would pad to 64

@@ -8,13 +8,16 @@ reused band after band (grid = PROGS_PER_SM x SMs programs, ~200 KB each), so it
 L2 and be overwritten there rather than streamed to HBM: 26 MB in all at one program per SM, 52 MB
 (more than L2) at two, which in exchange overlap one program's pool phase with the other's MMAs.
   * a program owns bands of POOL_ROWS pooled rows of one image, i.e. (POOL_ROWS-1)*PS + PK full-width
-    conv rows (AlexNet, POOL_ROWS = 4: 9 conv rows x 55 = 495 pixels = 4 x 128 slots, 97% used); the
+    conv rows (AlexNet, POOL_ROWS = 4: 9 conv rows x 55 = 495 pixels in 512 slots, 97% used); the
     conv row shared with the next band is computed twice (9/8 of the conv's MMAs);
   * per band: the conv in BLOCK_M-pixel chunks (x_s2d rows of BLOCK_K contiguous floats, one scalar
     offset per K step, x split into TF32 hi/lo in registers, weight pre-split and K-major, NSUB channel
     tiles sharing each A tile), bias + ReLU, into scratch [channel, pixel]; barrier; the PK x PK / PS
     max over scratch (L2-cached loads) into the NCHW output; barrier (the next band overwrites it);
   * OC beyond NSUB*BLOCK_N: a second grid axis over channel tiles, each with its own scratch.
+Registers (ptxas for sm_90 through Triton 3.9, no GPU): 64 x (3 x 32) with 8 warps takes 192, no spills;
+with 4 warps, or BLOCK_M = 128, it spills (255 + stack) -- the nested band/chunk/K loops cost more
+than conv2d/triton_3xtf32_s2d.py's single K loop, whose 64 x (3 x 32) takes 128 with 4 warps.
 Traffic: x read, x_s2d written and read (60 MB each), pooled output written (28 MB).
 """
 import torch
@@ -22,15 +25,15 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK_M = 128
+BLOCK_M = 64
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-4), all multiplying the same gathered A tile
 BLOCK_K = 16      # also the channel padding unit: 48 channels at AlexNet's size; 32 would pad to 64
 PROMOTE = 0
-NUM_WARPS = 4
+NUM_WARPS = 8
 NUM_STAGES = 3
 POOL_ROWS = 4     # pooled rows per band: 9 conv rows at AlexNet's size (recompute 1 in 8)
-PROGS_PER_SM = 2
+PROGS_PER_SM = 1  # 192 registers x 256 threads: one program fits an SM
 POOL_BLOCK = 512  # pooled outputs per step of the epilogue's pool loop
 S2D_BLOCK_J = 32  # s2d pixels per prologue program
 
