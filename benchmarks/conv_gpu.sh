@@ -23,7 +23,7 @@ sweep() {  # sweep NAME BUDGET_S PROBLEM FILE [--grid ...]
 
 {
 sweep padded-baseline 15 conv2d triton_3xtf32_padded.py
-sweep s2d 100 conv2d triton_3xtf32_s2d.py --grid BLOCK_M=64,128 --grid NUM_WARPS=4,8 --grid NUM_STAGES=3,4
+sweep s2d 80 conv2d triton_3xtf32_s2d.py --grid BLOCK_M=64,128 --grid NUM_WARPS=4,8 --grid NUM_STAGES=3,4
 sweep s2d-n64 20 conv2d triton_3xtf32_s2d.py --grid BLOCK_N=64 --grid NSUB=2 --grid BLOCK_M=64,128 --grid NUM_WARPS=8
 sweep then-pool-baseline 15 conv_relu_maxpool triton_3xtf32_conv_then_pool.py
 sweep s2d-then-pool 40 conv_relu_maxpool triton_3xtf32_s2d_then_pool.py --grid BLOCK_M=64,128 --grid NUM_WARPS=4,8
