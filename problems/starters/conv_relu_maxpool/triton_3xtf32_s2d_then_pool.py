@@ -17,11 +17,11 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
+BLOCK_M = 128
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-4), all multiplying the same gathered A tile
 BLOCK_K = 16      # also the channel padding unit: 48 channels at AlexNet's size; 32 would pad to 64
-PROMOTE = 0
+PROMOTE = 1
 NUM_WARPS = 4
 NUM_STAGES = 3
 S2D_BLOCK_J = 32  # s2d pixels per prologue program

@@ -47,8 +47,8 @@ CUDA_SRC = r"""
 #include <stdint.h>
 #include <math.h>
 
-#define THREADS 512
-#define MAXV 16
+#define THREADS 1024
+#define MAXV 8
 #define BIAS_SMEM 1
 #define PREFETCH4 2048
 #define FB_THREADS 256

@@ -39,9 +39,9 @@ import triton
 import triton.language as tl
 
 NUM_WARPS = 16         # 32768-element slice: 64 fp32 regs/thread at 16 warps, 32 at 32 warps
-PREFETCH = 8192        # next-row elements per program prefetched into L2 before the barrier wait (0: off)
-WB_EVICT_LAST = 1      # 1: weight/bias loads ask L2 to keep them (re-read every row)
-SLICE_POW2 = 0         # 1: slices of a power-of-two size, no masks (N = 4M -> 128 programs of 32768)
+PREFETCH = 0        # next-row elements per program prefetched into L2 before the barrier wait (0: off)
+WB_EVICT_LAST = 0      # 1: weight/bias loads ask L2 to keep them (re-read every row)
+SLICE_POW2 = 1         # 1: slices of a power-of-two size, no masks (N = 4M -> 128 programs of 32768)
 
 KGEN_TUNABLE = {
     "NUM_WARPS": [8, 16, 32],
