@@ -148,6 +148,7 @@ def test_a_triton_compile_error_is_placed_in_the_file(tmp_path):
     assert f"at line {MASK_LINE} of the candidate's file, in softmax_kernel:" in report["message"]
 
 
+@pytest.mark.slow
 def test_kgen_eval_shows_the_candidates_line_through_the_sandbox(tmp_path):
     if subprocess.run(["which", "bwrap"], capture_output=True).returncode != 0:
         pytest.skip("needs bubblewrap")
