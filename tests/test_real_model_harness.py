@@ -78,11 +78,11 @@ def test_a_round_trip_file_to_file_then_replay(tmp_path):
         assert message["content"].rstrip() in text
     with pytest.raises(KgenError, match="render round 1 first"):
         harness.load_settings(tmp_path / "elsewhere")
-    assert harness.run_round(work, 1) == {"23_Softmax": "skipped: a prompt or reply file is missing"}
-
-    (work / "round1/23_Softmax.reply.md").write_text(REPLY)
     cluster = ray_cluster.connect(None)
     try:
+        assert harness.run_round(work, 1, cluster=cluster) == {
+            "23_Softmax": "skipped: a prompt or reply file is missing"}
+        (work / "round1/23_Softmax.reply.md").write_text(REPLY)
         status = harness.run_round(work, 1, cluster=cluster)
         assert status["23_Softmax"].endswith("1 request(s) served, each matching its rendered prompt")
         db = open_db(str(work / "results.db"))
@@ -98,7 +98,7 @@ def test_a_round_trip_file_to_file_then_replay(tmp_path):
 
         [second] = harness.render(work, 2, None, "small", "triton", 1, 120.0)
         assert "### Candidate #1 (triton): correct, not timed" in second.read_text()
-        assert harness.run_round(work, 3) == {"23_Softmax": "skipped: its run has done 1 round(s)"}
+        assert harness.run_round(work, 3, cluster=cluster) == {"23_Softmax": "skipped: its run has done 1 round(s)"}
 
         # the DB replays: the same reply, prompt and source, with no model
         from kgen.history import History

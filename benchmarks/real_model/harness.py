@@ -232,39 +232,23 @@ def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: 
     own_cluster = cluster is None
     status: dict[str, str] = {}
     try:
+        cluster = cluster or ray_cluster.connect(None)
         for name in settings.problems:
             run_id = (settings.runs or {}).get(name)
             done = rounds_done(db, run_id)
             if done != round_no - 1:
                 status[name] = f"skipped: its run has done {done} round(s)"
                 continue
-            if base_url is None:
-                replies = []
-                for stem in stems(name, settings.candidates):
-                    prompt, reply = folder / f"{stem}.prompt.json", folder / f"{stem}.reply.md"
-                    if not prompt.is_file() or not reply.is_file():
-                        break
-                    replies.append((json.loads(prompt.read_text())["messages"], reply.read_text()))
-                if len(replies) < settings.candidates:
-                    status[name] = "skipped: a prompt or reply file is missing"
+            try:
+                run_id, status[name] = _problem_round(db, settings, name, round_no, folder, base_url, model,
+                                                      api_key_env, cluster)
+            except KgenError as e:  # one problem's failure must not stop the others; its run resumes later
+                status[name] = f"failed: {e}"
+                run_id = run_id if run_id is not None else _latest_run(db, name)
+                if run_id is None:
                     continue
-                if cluster is None:
-                    cluster = ray_cluster.connect(None)
-                with FileReplyServer(replies, FILE_MODEL) as server:
-                    run_id = _search_round(db, settings, name, round_no, server.base_url, FILE_MODEL, cluster)
-                drift = server.drifted
-                if drift:
-                    (folder / f"{name}.drift.json").write_text(json.dumps(drift, indent=1, ensure_ascii=False))
-                status[name] = (f"run {run_id}: {len(server.served)} request(s) served"
-                                + (f"; {len(drift)} did NOT match a rendered prompt (see {name}.drift.json)"
-                                   if drift else ", each matching its rendered prompt"))
-            else:
-                if cluster is None:
-                    cluster = ray_cluster.connect(None)
-                run_id = _search_round(db, settings, name, round_no, base_url, model or "", cluster, api_key_env,
-                                       retries=5)
-                _dump_calls(db, run_id, name, round_no, folder)
-                status[name] = f"run {run_id}: served by {base_url}"
+            if run_id is None:
+                continue
             settings.runs = dict(settings.runs or {}, **{name: run_id})
             save_settings(work, settings)
     finally:
@@ -273,6 +257,39 @@ def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: 
             ray_cluster.shutdown()
     (folder / "summary.md").write_text(round_table(work, round_no) + "\n")
     return status
+
+
+def _problem_round(db, settings: Settings, name: str, round_no: int, folder: Path, base_url: Optional[str],
+                   model: Optional[str], api_key_env: str, cluster) -> tuple[Optional[int], str]:
+    """One problem's round: (its run id, None if nothing ran; what happened)."""
+    if base_url is not None:
+        run_id = _search_round(db, settings, name, round_no, base_url, model or "", cluster, api_key_env, retries=5)
+        _dump_calls(db, run_id, name, round_no, folder)
+        return run_id, f"run {run_id}: served by {base_url}"
+    replies = []
+    for stem in stems(name, settings.candidates):
+        prompt, reply = folder / f"{stem}.prompt.json", folder / f"{stem}.reply.md"
+        if not prompt.is_file() or not reply.is_file():
+            return None, "skipped: a prompt or reply file is missing"
+        replies.append((json.loads(prompt.read_text())["messages"], reply.read_text()))
+    with FileReplyServer(replies, FILE_MODEL) as server:
+        run_id = _search_round(db, settings, name, round_no, server.base_url, FILE_MODEL, cluster)
+    drift = server.drifted
+    if drift:
+        (folder / f"{name}.drift.json").write_text(json.dumps(drift, indent=1, ensure_ascii=False))
+    return run_id, (f"run {run_id}: {len(server.served)} request(s) served"
+                    + (f"; {len(drift)} did NOT match a rendered prompt (see {name}.drift.json)"
+                       if drift else ", each matching its rendered prompt"))
+
+
+def _latest_run(db, name: str) -> Optional[int]:
+    """The newest run of a problem: the one a failed search had created before it failed."""
+    from sqlalchemy import select
+
+    from kgen.db import Run
+
+    with db.reader() as s:
+        return s.scalars(select(Run.id).where(Run.problem == name).order_by(Run.id.desc())).first()
 
 
 def _dump_calls(db, run_id: int, name: str, round_no: int, folder: Path) -> None:
