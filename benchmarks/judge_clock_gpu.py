@@ -9,7 +9,7 @@ cut-off call keeps what it did):
 2. every Triton and CUDA starter of the bundled problems, full size, once: honest, so never flagged;
 3. the class-8 attacks (tests/attacks/c8_*): the four an identity check catches, full size, then the clock
    matrix (tests/attack_expectations.CLOCK_MATRIX: ctypes-rewritten elapsed_time and a re-recorded start
-   event, shaving 0-50% and 0.05 ms, on softmax small (~50 µs, 4 launches) and full (~1 ms, 20));
+   event, shaving 0-50% and 0.05 ms, on softmax small (~50 µs) and full (~1 ms), 20 launches each);
 4. the starters again, up to --runs times each, and the Triton softmax and layernorm starters at the small
    size (short kernels), while the budget lasts.
 Then a table per candidate: outcome(s), runtime, the clock gap (the candidate's time beside its events
@@ -161,7 +161,10 @@ def _report(rows: list[dict], out: Path, device: str, torch_version: str, wall_s
         worst = max(honest, key=lambda r: r["gap_ms"] / r["threshold_ms"])
         lines += ["", f"honest runs: {len(honest)}, flagged: {sum(r['outcome'] == 'suspicious' for r in honest)}; "
                       f"largest gap/threshold {worst['gap_ms'] / worst['threshold_ms']:.2f} ({worst['label']}, "
-                      f"{worst['size']}: gap {worst['gap_ms']} ms, threshold {worst['threshold_ms']} ms)"]
+                      f"{worst['size']}: gap {_num(worst['gap_ms'])} ms, threshold {_num(worst['threshold_ms'])} ms)"]
+        top = max(r["gap_ms"] for r in honest)
+        lines.append(f"largest honest gap {top:.4g} ms (kgen.judge.CLOCK_FLOOR_MS is {_floor()} ms; above 1.5x the "
+                     "largest honest gap keeps honest runs clear, below the smallest shave meant to be caught)")
         firsts = [(r["null_first_median_ms"], r["null_second_median_ms"]) for r in honest
                   if r["null_first_median_ms"] is not None and r["null_second_median_ms"] is not None]
         if firsts:
@@ -179,6 +182,12 @@ def _mismatch(row: dict) -> bool:
     if expected.startswith("("):
         return row["outcome"] not in ("correct", "suspicious")
     return bool(expected) and row["outcome"] not in expected.split("/")
+
+
+def _floor() -> float:
+    from kgen.judge import CLOCK_FLOOR_MS
+
+    return CLOCK_FLOOR_MS
 
 
 def _num(value) -> str:

@@ -21,6 +21,9 @@ The variables every template sees (see `prompt_context`):
   failures       recent failures, newest first: {id, language, source, idea, outcome, message}
   ideas_that_worked, round_index, correct_count, tried_count
   failure        (repair.j2 only) the failure to fix, as in `failures`
+  state_dict     the reference's parameters and buffers as `name (shape dtype)`, in state-dict order
+  facts          kgen.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
+                 torch operators that are not work, the judge's numbers, the interpreter's behaviour
 Filters: ms (0.123 ms / not timed), speedup (1.23x / -), pct (45.6% / -), si (1.20 G).
 """
 
@@ -37,7 +40,8 @@ import jinja2
 from kgen import fmt, pyast
 from kgen.errors import KgenError
 from kgen.history import History
-from kgen.problems import Problem
+from kgen.problems import Problem, on_device, problem_code
+from kgen.prompt_facts import prompt_facts
 from kgen.store import ScoredCandidate
 
 TEMPLATES = ("system.j2", "propose.j2", "repair.j2")
@@ -82,6 +86,17 @@ def reference_source(problem: Problem) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
+def reference_state(problem: Problem) -> list[str]:
+    """The reference's state dict as `name (shape dtype)`, built on the meta device (no memory): the
+    names and order copy_weights matches `ModelNew`'s state dict against."""
+    import torch
+
+    with problem_code(problem, "building the reference on the meta device"), on_device("meta"):
+        state = problem.module.Model(*problem.init_inputs()).state_dict()
+    return [f"{name} ({'×'.join(map(str, t.shape)) or 'scalar'} {str(t.dtype).removeprefix('torch.')})"
+            for name, t in state.items() if isinstance(t, torch.Tensor)]
+
+
 def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
     roof, ceil = history.roofline, history.ceilings
@@ -106,6 +121,8 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "round_index": round_index,
         "correct_count": history.correct_count,
         "tried_count": len(history.tried_hashes),
+        "state_dict": reference_state(problem),
+        "facts": prompt_facts(gpu=ceil is not None),
     }
 
 

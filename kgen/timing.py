@@ -1,8 +1,9 @@
 """Timing of trusted code (the baselines: the reference eager and under torch.compile), on the GPU.
 
 Conditions match what the judge gives a candidate (kgen.judge.Judge.timing): fresh inputs drawn
-before every run, outside the timed region; L2 flushed (a 256 MB write) before every run; CUDA events
-around the call and a device-wide synchronize; warm-up first, then at least `min_runs` runs and
+before every run, outside the timed region; L2 flushed (a 256 MB write) before every run; a GPU-side
+wait before the start event, so the window holds the GPU's work and not the host's launch latency
+(kgen.harness.runner.Runner.timed says why); CUDA events around the call and a device-wide synchronize; warm-up first, then at least `min_runs` runs and
 `min_s` seconds; the median reported. The candidate's time comes from its sandboxed runner and is
 bounded by the judge's clock; the baselines run here, in a process of kgen's own.
 """
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from kgen.harness.runner import LAUNCH_SHADOW_CYCLES
 
 L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
@@ -61,6 +64,7 @@ def time_forward(forward: Callable[..., Any], make_inputs: Callable[[int], list[
             flush.fill_(1)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
+            torch.cuda._sleep(LAUNCH_SHADOW_CYCLES)  # the host's launch latency hidden, as for a candidate
             start.record()
             forward(*inputs)
             torch.cuda.synchronize()

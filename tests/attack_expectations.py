@@ -144,7 +144,7 @@ XFAIL: dict[str, str] = {
 
 # Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attacks whose lie
 # only the judge's clock sees, at several shaves (a share of the time, and a constant in ms), on a short kernel
-# (softmax small in 4 launches: ~50 µs, mostly the launches') and a long one (softmax full in 20: ~1 ms). A
+# (softmax small in 20 launches: ~50 µs of GPU time) and a long one (softmax full in 20: ~1 ms). A
 # shave of 1.5 times the clock check's floor (kgen.judge.CLOCK_FLOOR_MS) or more must be `suspicious`; the
 # share-0 runs are honest.
 CLOCK_MATRIX = tuple((attack, share, ms) for attack in ("c8_ctypes_elapsed", "c8_rerecord_start")
@@ -163,7 +163,7 @@ def shave_variant(source: str, share: float, ms: float) -> str:
     return text
 
 
-CLOCK_CHUNKS = {"small": 4, "full": 20}  # the attacks' launches per forward (their chunks())
+CLOCK_CHUNKS = {"small": 20, "full": 20}  # the attacks' launches per forward (their chunks())
 
 
 def shave_must_be_caught(attack: str, share: float, ms: float, size: str, honest_ms: float,

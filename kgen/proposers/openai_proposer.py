@@ -526,9 +526,9 @@ class OpenAIProposer:
 
         return max(0, min(targets, n, upto(round_index + 1) - upto(round_index)))
 
-    def propose(self, problem: Problem, history: History, n: int, round_index: int) -> list[Proposal]:
-        if n <= 0:
-            return []
+    def round_jobs(self, problem: Problem, history: History, n: int, round_index: int) -> list[_Job]:
+        """The round's n requests (repairs first, then proposals), each with the messages it sends:
+        what benchmarks/real_model renders to files before the search sends them."""
         context = prompt_context(problem, history, self.language, round_index)
         targets = [f for f in history.failures if f.id not in history.parent_ids]
         n_repair = self.repair_count(n, round_index, len(targets))
@@ -538,6 +538,12 @@ class OpenAIProposer:
             propose = _Job("propose", self.renderer.messages("propose.j2", context), [c.id for c in history.best],
                            f"openai proposal, round {round_index + 1}")
             jobs += [propose] * (n - len(jobs))
+        return jobs
+
+    def propose(self, problem: Problem, history: History, n: int, round_index: int) -> list[Proposal]:
+        if n <= 0:
+            return []
+        jobs = self.round_jobs(problem, history, n, round_index)
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs))) as pool:
             futures = [pool.submit(self._guarded_complete, job.messages) for job in jobs]

@@ -1,0 +1,419 @@
+"""A real model on kgen's real prompts, problems × rounds (issue 32). See README.md in this folder.
+
+    harness.py render --round 1 --work DIR [--problems FILE|DIR ...] [--size small] [--language triton]
+    (the model reads DIR/round1/<problem>.prompt.md and writes DIR/round1/<problem>.reply.md)
+    harness.py run --round 1 --work DIR          # serves the replies verbatim, evaluates, stores
+    harness.py render --round 2 --work DIR       # round 2's prompts, from round 1's results
+    ...
+    harness.py run --round R --work DIR --base-url URL --model M   # a reachable endpoint instead of files
+    harness.py table --work DIR                  # per round: parsed, compiled, correct, every failure's reason
+
+Everything lives in DIR: harness.json (the settings and each problem's run id), results.db (kgen's
+results DB: `kgen search --proposer replay --from DIR/results.db` re-runs the replies), and
+round<R>/ with the prompt, reply and summary files. A prompt file holds the chat exactly as the
+search will send it (kgen's openai proposer renders it: OpenAIProposer.round_jobs); `run` checks that
+every request the search sent was one the model read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from file_server import FileReplyServer  # noqa: E402
+
+from kgen.errors import KgenError  # noqa: E402
+
+FILE_MODEL = "file-model"  # the model name the loopback server offers in file mode
+STATE = "harness.json"
+PASSED = ("correct", "suspicious")
+# outcomes of a candidate whose kernels were built and called (its failure, if any, came later)
+COMPILED = ("runtime_error", "timeout", "incorrect", "correct", "suspicious")
+
+
+@dataclass
+class Settings:
+    """The harness's settings for a work folder, fixed by round 1's render."""
+
+    problems: dict[str, str]  # name -> problem file
+    size: str = "small"
+    language: str = "triton"
+    candidates: int = 1
+    timeout_s: float = 300.0
+    prompts_dir: Optional[str] = None  # the templates, copied at round 1 so every round uses the same
+    runs: Optional[dict[str, int]] = None  # name -> kgen run id, once round 1 ran
+
+
+def load_settings(work: Path) -> Settings:
+    path = work / STATE
+    if not path.is_file():
+        raise KgenError(f"{work} has no {STATE}: render round 1 first")
+    return Settings(**json.loads(path.read_text()))
+
+
+def save_settings(work: Path, settings: Settings) -> None:
+    (work / STATE).write_text(json.dumps(settings.__dict__, indent=1) + "\n")
+
+
+def problem_files(paths: list[str], work: Path) -> dict[str, str]:
+    """The problems, copied into WORK/problems (the folder holds everything its runs need)."""
+    from kgen.problems import load_problem
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.py")) if p.is_dir() else [p]
+    if not files:
+        raise KgenError("no problem files given")
+    (work / "problems").mkdir(exist_ok=True)
+    out = {}
+    for f in files:
+        if not f.is_file():
+            raise KgenError(f"problem file not found: {f}")
+        copy = work / "problems" / f.name
+        shutil.copyfile(f, copy)
+        out[load_problem(str(copy), "full").name] = str(copy.resolve())
+    return out
+
+
+def freeze_prompts(work: Path) -> str:
+    """The templates as they are now, copied into WORK/prompts: a later edit of kgen's templates does
+    not change the prompts of a measurement under way."""
+    from kgen.prompts import TEMPLATES, bundled_prompts_dir
+
+    folder = work / "prompts"
+    folder.mkdir(exist_ok=True)
+    for name in TEMPLATES:
+        shutil.copyfile(bundled_prompts_dir() / name, folder / name)
+    return str(folder.resolve())
+
+
+def stems(problem: str, n: int) -> list[str]:
+    """File stems of a problem's requests in a round: `<problem>` alone, `<problem>.<k>` for several."""
+    return [problem] if n == 1 else [f"{problem}.{k + 1}" for k in range(n)]
+
+
+def round_dir(work: Path, round_no: int) -> Path:
+    return work / f"round{round_no}"
+
+
+def device_name() -> str:
+    """The device's name as the search's worker reports it (kgen.workers), on this machine."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def open_results(work: Path):
+    from kgen.db import open_db
+
+    return open_db(str(work / "results.db"))
+
+
+def rounds_done(db, run_id: Optional[int]) -> int:
+    from kgen.store import get_run
+
+    return 0 if run_id is None else get_run(db, run_id).rounds_done
+
+
+def prompt_text(problem: str, round_no: int, job: Any, reply: str) -> str:
+    """The prompt file: the chat's messages in order, under one heading each, nothing else of kgen's."""
+    parts = [f"<!-- kgen prompt: problem {problem}, round {round_no}, {job.template} request. "
+             f"Your reply, the assistant's message, goes to {reply}. -->"]
+    for m in job.messages:
+        parts.append(f"# {m['role']} message\n\n{m['content'].rstrip()}\n")
+    return "\n\n".join(parts) + "\n"
+
+
+def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, language: str, candidates: int,
+           timeout_s: float, force: bool = False) -> list[Path]:
+    """Write round `round_no`'s prompt files; returns them."""
+    from kgen.history import build_history
+    from kgen.problems import load_problem
+    from kgen.prompts import PromptRenderer
+    from kgen.proposers.openai_proposer import OpenAIProposer
+
+    work.mkdir(parents=True, exist_ok=True)
+    if round_no == 1:
+        if (work / STATE).is_file() and not force:
+            settings = load_settings(work)
+            if settings.runs:
+                raise KgenError(f"{work} already ran round 1: render a later round, or use a new folder")
+        settings = Settings(problems=problem_files(paths or [str(HERE / "problems")], work), size=size,
+                            language=language, candidates=candidates, timeout_s=timeout_s,
+                            prompts_dir=freeze_prompts(work))
+        save_settings(work, settings)
+    else:
+        settings = load_settings(work)
+    out = round_dir(work, round_no)
+    out.mkdir(exist_ok=True)
+    db = open_results(work)
+    written = []
+    try:
+        for name, path in settings.problems.items():
+            run_id = (settings.runs or {}).get(name)
+            done = rounds_done(db, run_id)
+            if done != round_no - 1:
+                print(f"{name}: skipped (its run has done {done} round(s); round {round_no} needs {round_no - 1})")
+                continue
+            problem = load_problem(path, settings.size)
+            history = build_history(db, problem, run_id=run_id, device=device_name())
+            proposer = OpenAIProposer(problem=problem, model=FILE_MODEL, base_url="http://127.0.0.1:9/v1",
+                                      api_key="unused", language=settings.language,
+                                      renderer=PromptRenderer(settings.prompts_dir))
+            jobs = proposer.round_jobs(problem, history, settings.candidates, round_no - 1)
+            for stem, job in zip(stems(name, settings.candidates), jobs):
+                reply = f"{stem}.reply.md"
+                (out / f"{stem}.prompt.md").write_text(prompt_text(name, round_no, job, reply))
+                (out / f"{stem}.prompt.json").write_text(json.dumps(
+                    {"problem": name, "round": round_no, "template": job.template, "origin": job.origin,
+                     "messages": job.messages}, indent=1, ensure_ascii=False) + "\n")
+                written.append(out / f"{stem}.prompt.md")
+    finally:
+        db.close()
+    return written
+
+
+def _extend_run(db, run_id: int, rounds: int, base_url: str, model: str) -> None:
+    """Let a run go on for one more round, from a server on a new port: the run's stored settings are
+    what `--resume` reads."""
+    from kgen.db import Run
+
+    with db.session() as s:
+        run = s.get(Run, run_id)
+        run.settings = dict(run.settings or {}, rounds=rounds, base_url=base_url, model=model)
+        run.rounds_planned = rounds
+        run.status = "interrupted"
+
+
+def _search_config(settings: Settings, path: str, round_no: int, base_url: str, model: str,
+                   api_key_env: str, retries: int):
+    from kgen.search import SearchConfig
+
+    return SearchConfig(problem=path, rounds=round_no, candidates=settings.candidates, proposer="openai",
+                        language=settings.language, size=settings.size, timeout_s=settings.timeout_s, model=model,
+                        base_url=base_url, api_key_env=api_key_env, overlap=False, prompts_dir=settings.prompts_dir,
+                        proposer_options={"max_retries": retries})
+
+
+def _search_round(db, settings: Settings, name: str, round_no: int, base_url: str, model: str, cluster,
+                  api_key_env: str = "OPENAI_API_KEY", retries: int = 1) -> int:
+    from kgen.search import run_search
+
+    path = settings.problems[name]
+    run_id = (settings.runs or {}).get(name)
+    if run_id is None:
+        summary = run_search(db, _search_config(settings, path, round_no, base_url, model, api_key_env, retries),
+                             cluster=cluster)
+        return summary.run_id
+    _extend_run(db, run_id, round_no, base_url, model)
+    run_search(db, resume_run_id=run_id, cluster=cluster)
+    return run_id
+
+
+def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: Optional[str] = None,
+              api_key_env: str = "OPENAI_API_KEY", cluster=None) -> dict[str, str]:
+    """Evaluate round `round_no` for every problem ready for it; returns problem -> what happened.
+    File mode (no base_url): each problem's reply files are served verbatim on 127.0.0.1."""
+    from kgen import cluster as ray_cluster
+
+    settings = load_settings(work)
+    folder = round_dir(work, round_no)
+    folder.mkdir(exist_ok=True)
+    db = open_results(work)
+    own_cluster = cluster is None
+    status: dict[str, str] = {}
+    try:
+        cluster = cluster or ray_cluster.connect(None)
+        for name in settings.problems:
+            run_id = (settings.runs or {}).get(name)
+            done = rounds_done(db, run_id)
+            if done != round_no - 1:
+                status[name] = f"skipped: its run has done {done} round(s)"
+                continue
+            try:
+                run_id, status[name] = _problem_round(db, settings, name, round_no, folder, base_url, model,
+                                                      api_key_env, cluster)
+            except KgenError as e:  # one problem's failure must not stop the others; its run resumes later
+                status[name] = f"failed: {e}"
+                run_id = run_id if run_id is not None else _latest_run(db, name)
+                if run_id is None:
+                    continue
+            if run_id is None:
+                continue
+            settings.runs = dict(settings.runs or {}, **{name: run_id})
+            save_settings(work, settings)
+    finally:
+        db.close()
+        if own_cluster and cluster is not None:
+            ray_cluster.shutdown()
+    (folder / "summary.md").write_text(round_table(work, round_no) + "\n")
+    return status
+
+
+def _problem_round(db, settings: Settings, name: str, round_no: int, folder: Path, base_url: Optional[str],
+                   model: Optional[str], api_key_env: str, cluster) -> tuple[Optional[int], str]:
+    """One problem's round: (its run id, None if nothing ran; what happened)."""
+    if base_url is not None:
+        run_id = _search_round(db, settings, name, round_no, base_url, model or "", cluster, api_key_env, retries=5)
+        _dump_calls(db, run_id, name, round_no, folder)
+        return run_id, f"run {run_id}: served by {base_url}"
+    replies = []
+    for stem in stems(name, settings.candidates):
+        prompt, reply = folder / f"{stem}.prompt.json", folder / f"{stem}.reply.md"
+        if not prompt.is_file() or not reply.is_file():
+            return None, "skipped: a prompt or reply file is missing"
+        replies.append((json.loads(prompt.read_text())["messages"], reply.read_text()))
+    with FileReplyServer(replies, FILE_MODEL) as server:
+        run_id = _search_round(db, settings, name, round_no, server.base_url, FILE_MODEL, cluster)
+    drift = server.drifted
+    if drift:
+        (folder / f"{name}.drift.json").write_text(json.dumps(drift, indent=1, ensure_ascii=False))
+    return run_id, (f"run {run_id}: {len(server.served)} request(s) served"
+                    + (f"; {len(drift)} did NOT match a rendered prompt (see {name}.drift.json)"
+                       if drift else ", each matching its rendered prompt"))
+
+
+def _latest_run(db, name: str) -> Optional[int]:
+    """The newest run of a problem: the one a failed search had created before it failed."""
+    from sqlalchemy import select
+
+    from kgen.db import Run
+
+    with db.reader() as s:
+        return s.scalars(select(Run.id).where(Run.problem == name).order_by(Run.id.desc())).first()
+
+
+def _dump_calls(db, run_id: int, name: str, round_no: int, folder: Path) -> None:
+    """Endpoint mode: the prompts sent and the replies received, as the files file mode reads."""
+    from sqlalchemy import select
+
+    from kgen.db import Candidate
+
+    with db.reader() as s:
+        calls = [c.llm_call for c in s.scalars(select(Candidate).where(Candidate.run_id == run_id,
+                                                                         Candidate.round == round_no)) if c.llm_call]
+        for stem, call in zip(stems(name, len(calls)), calls):
+            (folder / f"{stem}.prompt.json").write_text(json.dumps(
+                {"problem": name, "round": round_no, "template": call.template, "messages": call.prompt},
+                indent=1, ensure_ascii=False) + "\n")
+            (folder / f"{stem}.reply.md").write_text(call.response or "")
+
+
+@dataclass
+class Row:
+    problem: str
+    round: int
+    outcome: str
+    message: str
+    speedup_eager: Optional[float]
+    speedup_compile: Optional[float]
+    template: Optional[str]
+
+
+def rows(work: Path) -> list[Row]:
+    """Every candidate of the harness's runs, with its latest outcome."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import selectinload
+
+    from kgen.db import Candidate, latest_evaluation
+
+    settings = load_settings(work)
+    ids = {run_id: name for name, run_id in (settings.runs or {}).items()}
+    db = open_results(work)
+    out = []
+    try:
+        with db.reader() as s:
+            q = (select(Candidate).where(Candidate.run_id.in_(list(ids)))
+                 .options(selectinload(Candidate.evaluations), selectinload(Candidate.llm_call))
+                 .order_by(Candidate.round, Candidate.id))
+            for c in s.scalars(q):
+                ev = latest_evaluation(c)
+                out.append(Row(ids[c.run_id], c.round or 0, ev.outcome if ev else "not evaluated",
+                               (ev.message or "") if ev else "", ev.speedup_eager if ev else None,
+                               ev.speedup_compile if ev else None, c.llm_call.template if c.llm_call else None))
+    finally:
+        db.close()
+    return out
+
+
+def _geomean(values: list[float]) -> Optional[float]:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def round_table(work: Path, round_no: Optional[int] = None) -> str:
+    """Markdown: per round, parsed / compiled / correct / faster than eager and torch.compile, and one
+    line per failure with its reason."""
+    all_rows = rows(work)
+    rounds = sorted({r.round for r in all_rows if round_no is None or r.round == round_no})
+    lines = ["| round | problems | parsed | compiled | correct | > eager | > torch.compile | geomean vs eager "
+             "(correct) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    failures = []
+    for rnd in rounds:
+        these = [r for r in all_rows if r.round == rnd]
+        correct = [r for r in these if r.outcome in PASSED]
+        speed = [r.speedup_eager for r in correct if r.speedup_eager]
+        gm = _geomean(speed)
+        lines.append(f"| {rnd} | {len({r.problem for r in these})} | {sum(r.outcome != 'no_code' for r in these)} | "
+                     f"{sum(r.outcome in COMPILED for r in these)} | {len(correct)} | "
+                     f"{sum(1 for r in correct if (r.speedup_eager or 0) > 1)} | "
+                     f"{sum(1 for r in correct if (r.speedup_compile or 0) > 1)} | "
+                     f"{'-' if gm is None else f'{gm:.2f}x'} |")
+        for r in these:
+            if r.outcome not in PASSED:
+                reason = " ".join(r.message.split())[:300]
+                failures.append(f"- round {rnd}, {r.problem} ({r.template or '-'}): {r.outcome}: {reason}")
+    return "\n".join(lines + (["", *failures] if failures else []))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_render = sub.add_parser("render", help="write a round's prompt files")
+    p_run = sub.add_parser("run", help="evaluate a round: serve the reply files (or ask --base-url), store")
+    p_table = sub.add_parser("table", help="print the per-round table and every failure's reason")
+    for p in (p_render, p_run, p_table):
+        p.add_argument("--work", required=True, type=Path, help="the work folder (outside any git worktree)")
+    for p in (p_render, p_run):
+        p.add_argument("--round", required=True, type=int, dest="round_no")
+    p_render.add_argument("--problems", nargs="*", help="problem files or folders (round 1; default: problems/ here)")
+    p_render.add_argument("--size", default="small", choices=["small", "full"])
+    p_render.add_argument("--language", default="triton", choices=["triton", "cuda", "any"])
+    p_render.add_argument("--candidates", type=int, default=1, help="requests per problem and round")
+    p_render.add_argument("--timeout", type=float, default=300.0, dest="timeout_s")
+    p_render.add_argument("--force", action="store_true", help="round 1: start the folder's settings again")
+    p_run.add_argument("--base-url", help="an OpenAI-compatible endpoint instead of reply files")
+    p_run.add_argument("--model", help="the endpoint's model")
+    p_run.add_argument("--api-key-env", default="OPENAI_API_KEY")
+    args = parser.parse_args(argv)
+    try:
+        if args.command != "table" and args.round_no < 1:
+            raise KgenError(f"--round must be at least 1 (got {args.round_no})")
+        if args.command == "render":
+            files = render(args.work, args.round_no, args.problems, args.size, args.language, args.candidates,
+                           args.timeout_s, args.force)
+            print(f"{len(files)} prompt file(s) in {round_dir(args.work, args.round_no)}; replies go beside them "
+                  "as <name>.reply.md")
+        elif args.command == "run":
+            for name, what in run_round(args.work, args.round_no, args.base_url, args.model,
+                                        args.api_key_env).items():
+                print(f"{name}: {what}")
+            print(round_table(args.work, args.round_no))
+        else:
+            print(round_table(args.work))
+    except KgenError as e:
+        print(f"harness: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

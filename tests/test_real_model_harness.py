@@ -1,0 +1,120 @@
+"""benchmarks/real_model/harness.py file to file (issue 32): round 1's prompt file out, a reply file
+in, served verbatim by the loopback server on 127.0.0.1 to a real search (real Ray, real SQLite, the
+candidate run in Triton's interpreter); round 2's prompt built from round 1's result; the results DB
+replayed by `--proposer replay` (its proposals: re-evaluating them is what any search does)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from kgen.db import Candidate, open_db
+from kgen.errors import KgenError
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks" / "real_model"))
+import harness
+from file_server import FileReplyServer
+
+SOFTMAX = REPO / "benchmarks/real_model/problems/23_Softmax.py"
+REPLY = '''Idea: one program per row, the whole row in registers.
+
+```python
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_rows(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        softmax_rows[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        return y
+```
+'''
+
+
+def test_the_file_server_serves_each_prompts_own_reply_and_reports_drift():
+    import openai
+
+    a = [{"role": "user", "content": "prompt A"}]
+    b = [{"role": "user", "content": "prompt B"}]
+    with FileReplyServer([(a, "reply A"), (b, "reply B")], "m") as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["m"]
+        assert client.chat.completions.create(model="m", messages=b).choices[0].message.content == "reply B"
+        drifted = [{"role": "user", "content": "prompt A, edited"}]
+        assert client.chat.completions.create(model="m", messages=drifted).choices[0].message.content == "reply A"
+    assert [s["matched"] for s in server.served] == [True, False]
+    assert server.drifted[0]["messages"] == drifted
+
+
+@pytest.mark.slow
+def test_a_round_trip_file_to_file_then_replay(tmp_path):
+    from kgen import cluster as ray_cluster
+
+    work = tmp_path / "rm"
+    [prompt_file] = harness.render(work, 1, [str(SOFTMAX)], "small", "triton", 1, 120.0)
+    assert prompt_file == work / "round1/23_Softmax.prompt.md"
+    text = prompt_file.read_text()
+    assert "# system message" in text and "# user message" in text and "## The problem: 23_Softmax" in text
+    assert "23_Softmax.reply.md" in text
+    sent = json.loads((work / "round1/23_Softmax.prompt.json").read_text())["messages"]
+    for message in sent:  # the prompt file holds the chat verbatim
+        assert message["content"].rstrip() in text
+    with pytest.raises(KgenError, match="render round 1 first"):
+        harness.load_settings(tmp_path / "elsewhere")
+    cluster = ray_cluster.connect(None)
+    try:
+        assert harness.run_round(work, 1, cluster=cluster) == {
+            "23_Softmax": "skipped: a prompt or reply file is missing"}
+        (work / "round1/23_Softmax.reply.md").write_text(REPLY)
+        status = harness.run_round(work, 1, cluster=cluster)
+        assert status["23_Softmax"].endswith("1 request(s) served, each matching its rendered prompt")
+        db = open_db(str(work / "results.db"))
+        try:
+            with db.reader() as s:
+                [candidate] = s.query(Candidate).all()
+                assert candidate.llm_call.prompt == sent and candidate.llm_call.response == REPLY
+                assert candidate.evaluations[-1].outcome == "correct", candidate.evaluations[-1].message
+        finally:
+            db.close()
+        table = harness.round_table(work)
+        assert "| 1 | 1 | 1 | 1 | 1 | 0 | 0 | - |" in table
+
+        [second] = harness.render(work, 2, None, "small", "triton", 1, 120.0)
+        assert "### Candidate #1 (triton): correct, not timed" in second.read_text()
+        assert harness.run_round(work, 3, cluster=cluster) == {"23_Softmax": "skipped: its run has done 1 round(s)"}
+
+        # the DB replays: the same reply, prompt and source, with no model
+        from kgen.history import History
+        from kgen.problems import load_problem
+        from kgen.proposers import make_proposer
+
+        problem = load_problem(str(work / "problems/23_Softmax.py"), "small")
+        replay = make_proposer("replay", problem=problem, replay_db=str(work / "results.db"))
+        [proposal] = replay.propose(problem, History(), 1, 0)
+        assert proposal.response == REPLY and proposal.prompt == sent and "def softmax_rows" in proposal.source
+    finally:
+        ray_cluster.shutdown()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert harness.main(["render", "--round", "2", "--work", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness: error: ") and "render round 1 first" in err and len(err.splitlines()) == 1
+    assert harness.main(["run", "--round", "0", "--work", str(tmp_path)]) == 2
