@@ -391,7 +391,7 @@ class Runner:
 
     def replaced(self, timed: bool = False) -> Optional[str]:
         """What the candidate replaced of what the runner relies on (kgen.harness.pins), or None; after a
-        timed run, only what a timed run uses besides the candidate's forward (the rest costs ~10 ms)."""
+        timed run, only what a timed run uses besides the candidate's forward (the rest costs ~5 ms)."""
         from kgen.harness.pins import message
 
         pins = self.timed_pins if timed else self.pins
