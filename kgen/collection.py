@@ -15,7 +15,8 @@ evaluated; the entries, their claims and the bad rows (no reference, unreadable 
 needs a package not installed here) are kept in the run's settings. Each result is committed as it
 arrives, so `kgen eval --resume RUN_ID` after Ctrl-C or kill -9 evaluates only what is missing. On a
 GPU, each problem's baselines are timed once (and kept in the DB) on the evaluators, one at a time
-per GPU, before any candidate is timed; static checks and CUDA builds run meanwhile on the CPUs.
+per GPU, before any of that problem's candidates is timed; static checks and CUDA builds run meanwhile
+on the CPUs.
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
                           "DB) on the GPUs while the candidates compile")
             refs = stages.time_baselines([(problem_ref(str(problems[r].path)), problems[r].size,
                                            problems[r].source_hash) for r in missing])
-            pending = dict(zip(refs, missing))
+            pending = dict(zip(refs, missing))  # time_baselines keeps the order it was given
     for e in todo:
         problem = problems[e.reference]
         stages.submit([Job(candidates[e.label][0], candidates[e.label][1],
@@ -380,13 +381,19 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     while stages.in_flight:
         if pending:
             _collect_baselines(db, pending, problems, by_problem, device.name, progress)
-        for event in stages.poll(timing_open=not pending):
+        for event in stages.poll(timing_open=_baselines_in({problems[r].source_hash for r in pending.values()})):
             if event.kind == "done":
                 store.add_evaluation(db, event.candidate_id, event.result)
                 progress.finished(label_of[event.candidate_id], event.result.outcome,
                                   event.result.speedup_eager)
             elif event.kind == "requeued":
                 progress.note(f"{label_of[event.candidate_id]}: {event.note}")
+
+
+def _baselines_in(waiting: set[str]):
+    """Stages.poll's `timing_open`: a job may be timed once its problem's baselines are in (`waiting`
+    holds the source hashes of the problems still being timed)."""
+    return (lambda job: job.problem[2] not in waiting) if waiting else True
 
 
 def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: dict, device: str,

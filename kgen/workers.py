@@ -357,16 +357,28 @@ class Stages:
                                  self._actor_nodes[index], MAX_HARNESS_RETRIES)
         return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, result))
 
-    def poll(self, timeout_s: float = 0.5, timing_open: bool = True) -> list[StageEvent]:
-        """Dispatch compiled candidates to free evaluators (only while `timing_open`: the search holds
-        the GPUs back while its baselines are being timed), wait up to `timeout_s` for anything to
-        finish, and return the events: 'timing' for each dispatch, 'requeued' for each attempt a dead
-        worker cut short, 'done' with each result."""
+    def _next_ready(self, timing_open) -> Optional[tuple]:
+        """The first compiled (job, settings) that may be timed now: any while `timing_open` is True, none
+        while it is False, else the first job `timing_open(job)` accepts (a collection times a problem's
+        candidates once that problem's baselines are in)."""
+        if timing_open is True or timing_open is False:
+            return self._ready.popleft() if timing_open and self._ready else None
+        for k, item in enumerate(self._ready):
+            if timing_open(item[0]):
+                del self._ready[k]
+                return item
+        return None
+
+    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
+        predicate on the job: the search holds the GPUs back while its baselines are being timed), wait
+        up to `timeout_s` for anything to finish, and return the events: 'timing' for each dispatch,
+        'requeued' for each attempt a dead worker cut short, 'done' with each result."""
         import ray
 
         events: list[StageEvent] = []
-        while timing_open and self._free and self._ready:
-            (job, settings), index = self._ready.popleft(), self._free.pop(0)
+        while self._free and (item := self._next_ready(timing_open)) is not None:
+            (job, settings), index = item, self._free.pop(0)
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
             events.append(StageEvent("timing", job.candidate_id))
