@@ -3,12 +3,12 @@ claimed-vs-measured speedups, computed from plain records so every figure can be
 and rendered as a terminal table, JSON, CSV or Markdown.
 
 fast_p is KernelBench's (`src/kernelbench/score.py` `fastp`, as `scripts/benchmark_eval_analysis.py`
-calls it): over the collection's problems, the fraction whose counted sample is correct *and*
-strictly more than p times faster than the baseline; the denominator is every problem in the
-collection, whatever happened to its entries. KernelBench counts only sample 0 of each problem (a
-problem without a sample 0 counts as not correct); kgen counts the lowest sample id of each problem,
-which is sample 0 wherever it exists. Rows of a JSONL file or pairs of files without a sample id are
-numbered in the order they appear. The geometric mean is KernelBench's
+calls it): over the collection's problems, the fraction whose sample 0 is correct *and* strictly
+more than p times faster than the baseline; the denominator is every problem in the collection,
+whatever happened to its entries, and a problem without a sample 0 counts as not correct. Other
+samples of a problem count nowhere in fast_p (they do in the outcomes and claims). Entries without a
+sample id (JSONL rows, pairs of files) are numbered per problem in the order they appear, so the
+first entry of each problem is its sample 0. The geometric mean is KernelBench's
 `geometric_mean_speed_ratio_correct_only` over the same counted samples. Two differences, both
 stricter than KernelBench: `correct` is kgen's verdict (`suspicious` results do not count), and the
 times are medians with L2 flushed (KernelBench uses means). kgen's baselines are eager and
@@ -88,8 +88,8 @@ class CollectionSummary:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bad_rows"] = [{"entry": label, "reason": reason} for label, reason in self.bad_rows]
-        d["fast_p_definition"] = ("KernelBench's fastp: problems whose lowest-numbered sample is correct and more "
-                                  "than p times faster than the baseline, over all problems of the collection")
+        d["fast_p_definition"] = ("KernelBench's fastp: problems whose sample 0 is correct and more than p times "
+                                  "faster than the baseline, over all problems of the collection")
         return d
 
 
@@ -103,14 +103,14 @@ def reject_reason(message: str) -> str:
 
 
 def counted_samples(results: list[EntryResult]) -> dict[str, Optional[EntryResult]]:
-    """Per problem (its hash), the entry fast_p counts: the lowest sample id (sample 0 where there is one)."""
+    """Per problem (its hash), the entry fast_p counts, as KernelBench does: sample 0, or None where the
+    problem has no sample 0 (it then counts as not correct)."""
     counted: dict[str, Optional[EntryResult]] = {}
     for r in results:
         if r.problem_hash is None:
             continue
-        best = counted.get(r.problem_hash)
-        if best is None or r.sample < best.sample:
-            counted[r.problem_hash] = r
+        if r.sample == 0 or r.problem_hash not in counted:
+            counted[r.problem_hash] = r if r.sample == 0 else counted.get(r.problem_hash)
     return counted
 
 
