@@ -288,20 +288,27 @@ def _entry_record(entry: Entry) -> dict:
 
 def create_collection_run(db: Database, config: CollectionConfig, entries: list[Entry], device: str) -> int:
     """The run and a candidate per evaluable entry (origin: its label), all stored before any evaluation."""
-    from kgen.static_checks import detect_language
-
     name = Path(config.collection).name
     run_id = store.create_run(
         db, problem=f"collection {name}", problem_path=config.collection, problem_hash=_manifest_hash(entries),
         size=config.size, proposer=PROPOSER, model=None, language="any", seed=0, rounds=1,
         candidates_per_round=len(entries), device=device,
         settings=dict(asdict(config), kind=PROPOSER, entries=[_entry_record(e) for e in entries]))
+    store_candidates(db, run_id, entries)
+    return run_id
+
+
+def store_candidates(db: Database, run_id: int, entries: list[Entry]) -> None:
+    """A candidate for each evaluable entry the run does not hold yet (a run killed while it was being
+    created gets the rest on resume); its origin is the entry's label."""
+    from kgen.static_checks import detect_language
+
+    stored = _candidates(db, run_id)
     for entry in entries:
-        if entry.error is None:
+        if entry.error is None and entry.label not in stored:
             store.add_proposal(db, Proposal(source=entry.source, proposer=PROPOSER,
                                             language=detect_language(entry.source), origin=entry.label),
                                run_id=run_id, round_index=0, problem=entry.problem, problem_hash=entry.problem_hash)
-    return run_id
 
 
 def _candidates(db: Database, run_id: int) -> dict[str, tuple[int, str]]:
@@ -471,6 +478,7 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
                 return resume_run_id
             check_sandbox(SandboxMode(config.sandbox))
             problems = _reload(entries, config.size)
+            _store_missing(database, run_id, config, entries)
         bad = [e for e in entries if e.error]
         for e in bad:
             progress.note(f"bad row {e.label}: {e.error}")
@@ -505,6 +513,20 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
         return run_id
     finally:
         database.close()
+
+
+def _store_missing(db: Database, run_id: int, config: CollectionConfig, entries: list[Entry]) -> None:
+    """The candidates a run killed while it was being created never stored, read again from the collection."""
+    stored = _candidates(db, run_id)
+    missing = [e for e in entries if e.error is None and e.label not in stored]
+    if not missing:
+        return
+    sources = {e.label: e.source for e in read_collection(config.collection, config.kernelbench)}
+    for e in missing:
+        if sources.get(e.label) is None:
+            raise KgenError(f"{e.label} is no longer in {config.collection}; start a new run")
+        e.source = sources[e.label]
+    store_candidates(db, run_id, missing)
 
 
 def _reload(entries: list[Entry], size: str) -> dict:
