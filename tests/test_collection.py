@@ -257,3 +257,88 @@ def test_a_collection_runs_on_ray_survives_kill_9_and_resumes_evaluating_each_en
     assert "collection c.jsonl" in runs.stdout and "finished" in runs.stdout
     board = run_kgen("leaderboard", "--db", str(db), "--format", "json")
     assert [r["problem"] for r in json.loads(board.stdout)] == ["softmax"]
+
+
+# ---- the GPU path, with the GPU mocked: stand-in evaluators that say they own one ----
+
+class _GpuStandIn:
+    """An evaluator on a pretend GPU: its baselines take a moment (eager 2 ms, torch.compile 1 ms), and
+    every candidate runs in 0.5 ms, with the speedups the judge would work out from the settings it got."""
+
+    def __init__(self, problem, size, source_hash):
+        pass
+
+    def device(self):
+        import ray
+
+        from kgen.workers import Device
+
+        return Device(name="Stand-in GPU", cuda_arch="9.0", node_id=ray.get_runtime_context().get_node_id())
+
+    def baselines(self, problem, max_autotune):
+        time.sleep(4.0)  # candidates compiled meanwhile (at once: _compiled_at_once) must wait for these
+        return {"eager_ms": 2.0, "compile_ms": 1.0, "settings": {"stand_in": True}}
+
+    def evaluate(self, source, settings, problem=None):
+        from kgen.records import EvalResult
+
+        eager, compiled = settings.baseline_eager_ms, settings.baseline_compile_ms
+        return EvalResult(outcome="correct", runtime_ms=0.5, eager_ms=eager, compile_ms=compiled,
+                          speedup_eager=eager / 0.5 if eager else None,
+                          speedup_compile=compiled / 0.5 if compiled else None,
+                          device="Stand-in GPU", size=settings.size, details={"problem": problem})
+
+
+def _compiled_at_once(problem, size, source_hash, source, settings):
+    return None, {}, {}
+
+
+def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_its_candidates(tmp_path, monkeypatch):
+    import logging
+    import os
+
+    import ray
+    from ray import cloudpickle
+
+    from kgen.cluster import Cluster, Placement
+    from kgen.collection import CollectionConfig, CollectionProgress, entry_results, run_collection
+    from kgen.collection_summary import summarize
+    from kgen.db import open_db
+    from kgen.workers import Stages
+
+    monkeypatch.setattr(Stages, "evaluator_class", _GpuStandIn)
+    monkeypatch.setattr(Stages, "compile_function", staticmethod(_compiled_at_once))
+    relu = tmp_path / "relu_ref.py"
+    relu.write_text(SOFTMAX.read_text().replace("torch.softmax", "torch.relu"))
+    path = tmp_path / "c.jsonl"
+    good = str(CANDIDATES / "good_triton_softmax.py")
+    path.write_text("".join(json.dumps(x) + "\n" for x in [
+        {"name": "s0", "reference": "softmax", "candidate": good, "claimed_speedup": 8.0},
+        {"name": "s1", "reference": "softmax", "candidate": good},
+        {"name": "r0", "reference": str(relu), "candidate": good, "claimed_speedup_compile": 2.0}]))
+    saved_env = dict(os.environ)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        cluster = Cluster(address=None, num_cpus=2, num_gpus=2, placement=Placement(2, dict(num_cpus=0.5)))
+        run_id = run_collection(str(tmp_path / "r.db"), CollectionConfig(collection=str(path), size="small"),
+                                cluster=cluster, progress=CollectionProgress(io.StringIO()))
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        os.environ.clear()
+        os.environ.update(saved_env)
+    db = tmp_path / "r.db"
+    assert rows(db, "SELECT problem, device, eager_ms, compile_ms FROM baselines ORDER BY problem") == [
+        ("relu_ref", "Stand-in GPU", 2.0, 1.0), ("softmax", "Stand-in GPU", 2.0, 1.0)]
+    # every timed candidate got its problem's baselines: none was dispatched before they were in
+    assert rows(db, "SELECT COUNT(*) FROM evaluations WHERE outcome = 'correct' AND eager_ms = 2.0") == [(3,)]
+    database = open_db(str(db), read_only=True)
+    try:
+        results, timed = entry_results(database, run_id)
+    finally:
+        database.close()
+    s = summarize(results, timed)
+    assert timed and s.problems == 2 and s.fast_p["eager"] == {"0": 1.0, "1": 1.0, "1.5": 1.0, "2": 1.0}
+    assert s.fast_p["torch.compile"]["2"] == 0.0 and s.geomean_speedup["eager"] == pytest.approx(4.0)
+    assert [(c.label, c.verdict) for c in s.claims] == [("s0", "does not hold"), ("r0", "holds")]
