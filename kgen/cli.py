@@ -359,6 +359,9 @@ def _eval_collection(collection: Optional[str], *, kernelbench, form, check, siz
         raise KgenError("give PROBLEM CANDIDATE.py, a collection (a folder or a .jsonl file), or --resume RUN_ID")
     if collection is not None and resume is not None:
         raise KgenError("--resume continues a stored run: give no collection with it")
+    if collection is not None and not (Path(collection).is_dir() or collection.endswith(".jsonl")):
+        raise KgenError(f"'{collection}' is not a collection (a folder or a .jsonl file); to evaluate one "
+                        "candidate: kgen eval PROBLEM CANDIDATE.py")
     from kgen.collection import CollectionConfig, entry_results, run_collection
     from kgen.collection_summary import render, summarize
     from kgen.search import STOP_REQUESTED, request_stop
