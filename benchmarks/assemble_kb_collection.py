@@ -32,7 +32,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mirror")
     parser.add_argument("out", nargs="?", default="benchmarks/collection_kb")
-    parser.add_argument("--entries", type=int, default=54)
+    parser.add_argument("--entries", type=int, default=50)
     args = parser.parse_args()
     raw = json.loads(git_show(args.mirror, "docs/assets/raw_data.json"))
     names = {}  # solution file -> problem name, from the leaderboard's index ("Level 1: 19_ReLU")

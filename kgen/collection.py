@@ -26,7 +26,7 @@ import json
 import re
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, TextIO
@@ -367,7 +367,8 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     for e in todo:
         if e.reference not in by_problem:
             by_problem[e.reference] = _eval_settings(config, device, problems[e.reference])
-    pending = {}  # baseline ref -> reference
+    pending = {}  # baseline ref -> (reference, evaluator index): one at a time per evaluator
+    queue = deque()  # references whose baselines are still to be sent
     if device.name != "cpu":
         for reference, settings in by_problem.items():
             row = kgen_baselines.cached_baselines(db, problems[reference], device.name)
@@ -377,9 +378,9 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
         if missing:
             progress.note(f"timing the baselines of {len(missing)} problem(s) (eager, torch.compile; kept in the "
                           "DB) on the GPUs while the candidates compile")
-            refs = stages.time_baselines([(problem_ref(str(problems[r].path)), problems[r].size,
-                                           problems[r].source_hash) for r in missing])
-            pending = dict(zip(refs, missing))  # time_baselines keeps the order it was given
+            queue = deque(missing)
+            for index in range(min(stages.evaluator_count, len(queue))):
+                _send_baseline(stages, queue, problems, pending, index)
     for e in todo:
         problem = problems[e.reference]
         stages.submit([Job(candidates[e.label][0], candidates[e.label][1],
@@ -387,8 +388,11 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
                       by_problem[e.reference])
     while stages.in_flight:
         if pending:
-            _collect_baselines(db, pending, problems, by_problem, device.name, progress)
-        for event in stages.poll(timing_open=_baselines_in({problems[r].source_hash for r in pending.values()})):
+            for index in _collect_baselines(db, pending, problems, by_problem, device.name, progress):
+                if queue:
+                    _send_baseline(stages, queue, problems, pending, index)
+        waiting = [problems[r].source_hash for r in queue] + [problems[r].source_hash for r, _ in pending.values()]
+        for event in stages.poll(timing_open=_baselines_in(set(waiting))):
             if event.kind == "done":
                 store.add_evaluation(db, event.candidate_id, event.result)
                 progress.finished(label_of[event.candidate_id], event.result.outcome,
@@ -403,16 +407,30 @@ def _baselines_in(waiting: set[str]):
     return (lambda job: job.problem[2] not in waiting) if waiting else True
 
 
+def _send_baseline(stages, queue: deque, problems: dict, pending: dict, index: int) -> None:
+    """The next problem's baselines to evaluator `index` (a big collection has more problems than GPUs:
+    one at a time each, so a candidate sent to that evaluator never waits behind a queue of them)."""
+    from kgen.workers import problem_ref
+
+    reference = queue.popleft()
+    problem = problems[reference]
+    ref = stages.time_baselines((problem_ref(str(problem.path)), problem.size, problem.source_hash), index)
+    pending[ref] = (reference, index)
+
+
 def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: dict, device: str,
-                       progress: CollectionProgress) -> None:
-    """Store the baselines that came back; their problems' candidates may then be timed."""
+                       progress: CollectionProgress) -> list[int]:
+    """Store the baselines that came back (their problems' candidates may then be timed); returns the
+    evaluators that are done with theirs."""
     import ray
 
     from kgen import baselines as kgen_baselines
 
     done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+    freed = []
     for ref in done:
-        reference = pending.pop(ref)
+        reference, index = pending.pop(ref)
+        freed.append(index)
         problem, settings = problems[reference], by_problem[reference]
         try:
             sent = ray.get(ref)
@@ -424,6 +442,7 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
             continue
         kgen_baselines.store_baselines(db, problem, device, sent)
         settings.baseline_eager_ms, settings.baseline_compile_ms = sent.get("eager_ms"), sent.get("compile_ms")
+    return freed
 
 
 def entry_results(db: Database, run_id: int) -> tuple[list[EntryResult], bool]:

@@ -430,12 +430,11 @@ class Stages:
         self._nodes.clear()
         self._requeued.clear()
 
-    def time_baselines(self, problems: list[tuple], max_autotune: bool = False) -> dict:
-        """Send each problem's ((problem ref, size, source hash)) baseline timing to the evaluators in turn.
-        An actor runs its calls one at a time, so a baseline never shares a GPU with a candidate; sent
-        before any candidate, they run first. Returns {ref: problem}: each ref gives a dict or None."""
-        return {self.actors[k % len(self.actors)].baselines.remote(problem, max_autotune): problem
-                for k, problem in enumerate(problems)}
+    def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
+        """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
+        gives a dict, or None. An actor runs its calls one at a time, so a baseline never shares a GPU
+        with a candidate (one sent to a busy evaluator waits for its candidate, and delays the next)."""
+        return self.actors[index].baselines.remote(problem, max_autotune)
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is

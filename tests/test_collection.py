@@ -276,7 +276,7 @@ class _GpuStandIn:
         return Device(name="Stand-in GPU", cuda_arch="9.0", node_id=ray.get_runtime_context().get_node_id())
 
     def baselines(self, problem, max_autotune):
-        time.sleep(4.0)  # candidates compiled meanwhile (at once: _compiled_at_once) must wait for these
+        time.sleep(3.0)  # candidates compiled meanwhile (at once: _compiled_at_once) must wait for these
         return {"eager_ms": 2.0, "compile_ms": 1.0, "settings": {"stand_in": True}}
 
     def evaluate(self, source, settings, problem=None):
@@ -308,14 +308,16 @@ def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_i
 
     monkeypatch.setattr(Stages, "evaluator_class", _GpuStandIn)
     monkeypatch.setattr(Stages, "compile_function", staticmethod(_compiled_at_once))
-    relu = tmp_path / "relu_ref.py"
+    relu, tanh = tmp_path / "relu_ref.py", tmp_path / "tanh_ref.py"
     relu.write_text(SOFTMAX.read_text().replace("torch.softmax", "torch.relu"))
+    tanh.write_text(SOFTMAX.read_text().replace("torch.softmax", "torch.tanh"))
     path = tmp_path / "c.jsonl"
     good = str(CANDIDATES / "good_triton_softmax.py")
     path.write_text("".join(json.dumps(x) + "\n" for x in [
         {"name": "s0", "reference": "softmax", "candidate": good, "claimed_speedup": 8.0},
         {"name": "s1", "reference": "softmax", "candidate": good},
-        {"name": "r0", "reference": str(relu), "candidate": good, "claimed_speedup_compile": 2.0}]))
+        {"name": "r0", "reference": str(relu), "candidate": good, "claimed_speedup_compile": 2.0},
+        {"name": "t0", "reference": str(tanh), "candidate": good}]))  # 3 problems, 2 evaluators: one waits its turn
     saved_env = dict(os.environ)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
@@ -330,15 +332,16 @@ def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_i
         os.environ.update(saved_env)
     db = tmp_path / "r.db"
     assert rows(db, "SELECT problem, device, eager_ms, compile_ms FROM baselines ORDER BY problem") == [
-        ("relu_ref", "Stand-in GPU", 2.0, 1.0), ("softmax", "Stand-in GPU", 2.0, 1.0)]
+        ("relu_ref", "Stand-in GPU", 2.0, 1.0), ("softmax", "Stand-in GPU", 2.0, 1.0),
+        ("tanh_ref", "Stand-in GPU", 2.0, 1.0)]
     # every timed candidate got its problem's baselines: none was dispatched before they were in
-    assert rows(db, "SELECT COUNT(*) FROM evaluations WHERE outcome = 'correct' AND eager_ms = 2.0") == [(3,)]
+    assert rows(db, "SELECT COUNT(*) FROM evaluations WHERE outcome = 'correct' AND eager_ms = 2.0") == [(4,)]
     database = open_db(str(db), read_only=True)
     try:
         results, timed = entry_results(database, run_id)
     finally:
         database.close()
     s = summarize(results, timed)
-    assert timed and s.problems == 2 and s.fast_p["eager"] == {"0": 1.0, "1": 1.0, "1.5": 1.0, "2": 1.0}
+    assert timed and s.problems == 3 and s.fast_p["eager"] == {"0": 1.0, "1": 1.0, "1.5": 1.0, "2": 1.0}
     assert s.fast_p["torch.compile"]["2"] == 0.0 and s.geomean_speedup["eager"] == pytest.approx(4.0)
     assert [(c.label, c.verdict) for c in s.claims] == [("s0", "does not hold"), ("r0", "holds")]
