@@ -336,16 +336,19 @@ def load_collection_run(db: Database, run_id: int) -> tuple[CollectionConfig, li
 
 
 def _eval_settings(config: CollectionConfig, device, problem) -> EvalSettings:
-    settings = EvalSettings(device="cpu" if device.name == "cpu" else "cuda", size=problem.size,
-                            timeout_s=config.timeout_s, sandbox=config.sandbox, cuda_arch=device.cuda_arch)
-    if settings.device != "cpu":
-        try:
-            from kgen.roofline import compute_roofline, device_ceilings
+    return EvalSettings(device="cpu" if device.name == "cpu" else "cuda", size=problem.size,
+                        timeout_s=config.timeout_s, sandbox=config.sandbox, cuda_arch=device.cuda_arch)
 
-            settings.floor_ms = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
-        except Exception:  # noqa: BLE001 - no floor means no `suspicious` by physics; the judge's clock still checks
-            settings.floor_ms = None
-    return settings
+
+def _set_floor(settings: EvalSettings, problem) -> None:
+    """The roofline floor a correct time below which is `suspicious` (measuring this GPU's ceilings the
+    first time, before any evaluator is busy)."""
+    try:
+        from kgen.roofline import compute_roofline, device_ceilings
+
+        settings.floor_ms = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
+    except Exception:  # noqa: BLE001 - no floor means no `suspicious` by physics; the judge's clock still checks
+        settings.floor_ms = None
 
 
 def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list[Entry], problems: dict,
@@ -367,25 +370,25 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     for e in todo:
         if e.reference not in by_problem:
             by_problem[e.reference] = _eval_settings(config, device, problems[e.reference])
-    pending = {}  # baseline ref -> (reference, evaluator index): one at a time per evaluator
-    queue = deque()  # references whose baselines are still to be sent
-    if device.name != "cpu":
-        for reference, settings in by_problem.items():
-            row = kgen_baselines.cached_baselines(db, problems[reference], device.name)
-            if row is not None:
-                settings.baseline_eager_ms, settings.baseline_compile_ms = row.eager_ms, row.compile_ms
-        missing = [r for r, s in by_problem.items() if s.baseline_eager_ms is None]
-        if missing:
-            progress.note(f"timing the baselines of {len(missing)} problem(s) (eager, torch.compile; kept in the "
-                          "DB) on the GPUs while the candidates compile")
-            queue = deque(missing)
-            for index in range(min(stages.evaluator_count, len(queue))):
-                _send_baseline(stages, queue, problems, pending, index)
-    for e in todo:
+    for e in todo:  # the CPUs start at once; floors and baselines are in before any GPU takes a candidate
         problem = problems[e.reference]
         stages.submit([Job(candidates[e.label][0], candidates[e.label][1],
                            (problem_ref(str(problem.path)), problem.size, problem.source_hash))],
                       by_problem[e.reference])
+    pending = {}  # baseline ref -> (reference, evaluator index): one at a time per evaluator
+    queue = deque()  # references whose baselines are still to be sent
+    if device.name != "cpu":
+        for reference, settings in by_problem.items():
+            _set_floor(settings, problems[reference])
+            row = kgen_baselines.cached_baselines(db, problems[reference], device.name)
+            if row is not None:
+                settings.baseline_eager_ms, settings.baseline_compile_ms = row.eager_ms, row.compile_ms
+        queue = deque(r for r, settings in by_problem.items() if settings.baseline_eager_ms is None)
+        if queue:
+            progress.note(f"timing the baselines of {len(queue)} problem(s) (eager, torch.compile; kept in the "
+                          "DB) on the GPUs while the candidates compile")
+            for index in range(min(stages.evaluator_count, len(queue))):
+                _send_baseline(stages, queue, problems, pending, index)
     while stages.in_flight:
         if pending:
             for index in _collect_baselines(db, pending, problems, by_problem, device.name, progress):
