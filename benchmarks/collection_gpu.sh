@@ -11,8 +11,8 @@
 set -uo pipefail
 limit=${1:-480}
 export KGEN_DB=/tmp/collection.db KGEN_CACHE_DIR=/tmp/kgen-cache-collection
-rm -rf "$KGEN_DB" "$KGEN_DB"-* "$KGEN_CACHE_DIR"
 . benchmarks/device_call.sh
+rm -rf "$KGEN_DB" "$KGEN_DB"-* "$KGEN_CACHE_DIR"  # cold: not the DB device_call.sh seeds from .devbundle/h100.db
 coll=${KGEN_COLLECTION:-benchmarks/collection_kb}  # KGEN_COLLECTION: another folder of the same layout (a dry run)
 if [ ! -f "$coll/collection.jsonl" ]; then
   echo "SKIP: $coll/collection.jsonl is missing: run python benchmarks/assemble_kb_collection.py MIRROR here first" \
