@@ -44,8 +44,10 @@ results, timed = entry_results(database, run)
 summary = summarize(results, timed)
 for form, name in (("markdown", "summary.md"), ("json", "summary.json"), ("csv", "entries.csv")):
     open(f"{out}/{name}", "w").write(render(summary, results, form))
-if "pending" in summary.outcomes:  # cut off: kgen eval printed nothing; the partial summary instead
-    open(f"{out}/summary.txt", "a").write(render(summary, results, "table"))
+with open(f"{out}/summary.txt", "a+") as f:  # cut off, kgen eval printed none: the (partial) summary here
+    f.seek(0)
+    if not f.read().strip():
+        f.write(render(summary, results, "table"))
 done = sum(r.outcome not in ("pending", "bad_row") for r in results)
 wall = float(ended) - float(started)
 print(f"run {run}: {done} of {len(results)} entries evaluated in {wall:.0f} s wall (cold: fresh DB and cache), "
