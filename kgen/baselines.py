@@ -77,6 +77,34 @@ def _time_in_child(job: dict) -> Optional[dict]:
     return sent if isinstance(sent, dict) and "error" not in sent else None
 
 
+def time_baselines(problem: Problem, max_autotune: bool = False) -> Optional[dict]:
+    """Time `problem` now, in a child process on this process's GPU: kgen.baseline_worker's answer
+    (eager_ms, compile_ms, compile_max_autotune_ms, settings, errors), or None if it failed."""
+    return _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune})
+
+
+def cached_baselines(db: Database, problem: Problem, device_name: str) -> Optional[Baseline]:
+    """The stored baselines of `problem` on the GPU named `device_name` with this torch and triton."""
+    import torch
+
+    return _cached(db, problem, device_name, torch.__version__, _version("triton"))
+
+
+def store_baselines(db: Database, problem: Problem, device_name: str, sent: dict) -> None:
+    """Keep what time_baselines measured (another process storing the same row first wins)."""
+    import torch
+
+    settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
+    try:
+        with db.session() as s:
+            s.add(Baseline(problem=problem.name, problem_hash=problem.source_hash, size=problem.size,
+                           device=device_name, torch_version=torch.__version__, triton_version=_version("triton"),
+                           eager_ms=sent.get("eager_ms"), compile_ms=sent.get("compile_ms"),
+                           compile_max_autotune_ms=sent.get("compile_max_autotune_ms"), settings=settings))
+    except IntegrityError:  # another process stored the same baseline first: use theirs
+        pass
+
+
 def get_baselines(db: Database, problem: Problem, device: str, max_autotune: bool = True,
                   ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
@@ -85,24 +113,13 @@ def get_baselines(db: Database, problem: Problem, device: str, max_autotune: boo
     device_name = _device_key(device)
     if device_name is None:
         return None
-    import torch
-
-    torch_version, triton_version = torch.__version__, _version("triton")
-    row = _cached(db, problem, device_name, torch_version, triton_version)
+    row = cached_baselines(db, problem, device_name)
     if row is None:
-        sent = _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune})
+        sent = time_baselines(problem, max_autotune)
         if sent is None:
             return None
-        settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
-        try:
-            with db.session() as s:
-                s.add(Baseline(problem=problem.name, problem_hash=problem.source_hash, size=problem.size,
-                               device=device_name, torch_version=torch_version, triton_version=triton_version,
-                               eager_ms=sent.get("eager_ms"), compile_ms=sent.get("compile_ms"),
-                               compile_max_autotune_ms=sent.get("compile_max_autotune_ms"), settings=settings))
-        except IntegrityError:  # another process stored the same baseline first: use theirs
-            pass
-        row = _cached(db, problem, device_name, torch_version, triton_version)
+        store_baselines(db, problem, device_name, sent)
+        row = cached_baselines(db, problem, device_name)
         if row is None:
             return sent.get("eager_ms"), sent.get("compile_ms"), sent.get("compile_max_autotune_ms")
     return row.eager_ms, row.compile_ms, row.compile_max_autotune_ms

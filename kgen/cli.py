@@ -278,13 +278,20 @@ def eval_lines(problem, result) -> list[str]:
     return lines
 
 
+COLLECTION_FORMATS = ("table", "json", "csv", "markdown")
+
+
 @app.command(cls=KgenCommand, name="eval")
 def eval_cmd(
-    problem: str = typer.Argument(..., metavar="PROBLEM", help="A bundled problem name or a KernelBench-format file."),
-    candidate: str = typer.Argument(..., metavar="CANDIDATE.py",
-                                    help="The candidate: a Python file defining ModelNew."),
+    problem: Optional[str] = typer.Argument(None, metavar="PROBLEM|COLLECTION",
+                                            help="A bundled problem name or a KernelBench-format file; alone, a "
+                                                 "collection: a folder (KernelBench generations, or NAME.py + "
+                                                 "NAME_ref.py pairs) or a .jsonl file."),
+    candidate: Optional[str] = typer.Argument(None, metavar="[CANDIDATE.py]",
+                                              help="The candidate: a Python file defining ModelNew."),
     json_out: bool = typer.Option(False, "--json", help="Print the evaluation as one JSON object."),
-    check: bool = typer.Option(False, "--check", help="Exit 1 unless the candidate is correct (for CI gates)."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 unless the candidate is correct (for CI gates; a "
+                                                      "collection: unless every entry is)."),
     device: Optional[str] = typer.Option(None, "--device", metavar="cuda|cpu", callback=_choice("cuda", "cpu"),
                                          show_default="cuda with a GPU, else cpu", help="Where to run it."),
     size: Optional[str] = typer.Option(None, "--size", metavar="full|small", callback=_choice(*SIZES),
@@ -298,15 +305,33 @@ def eval_cmd(
                                         "and print the speedups."),
     db: Optional[str] = DbOption,
     no_sandbox: bool = NoSandboxOption,
+    kernelbench: Optional[str] = typer.Option(None, "--kernelbench", metavar="DIR",
+                                              help="A KernelBench checkout: where a collection's level/problem "
+                                                   "references are found."),
+    form: str = typer.Option("table", "--format", metavar="|".join(COLLECTION_FORMATS),
+                             callback=_choice(*COLLECTION_FORMATS), help="A collection's summary format."),
+    resume: Optional[int] = typer.Option(None, "--resume", metavar="RUN_ID",
+                                         help="Continue an unfinished collection run (or print a finished one's "
+                                              "summary)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", show_default="start a local one",
+                                              help="A collection: join this Ray cluster (as kgen search does)."),
 ) -> None:
-    """Evaluate one candidate file with the search's harness.
+    """Evaluate one candidate file, or a whole collection, with the search's harness.
 
     Static checks, compile, verify against the reference and, on a GPU, time it. Exit 0 once the
     candidate is evaluated, whatever its outcome (with --check: 0 only when it is correct, else 1);
-    2 for bad input.
+    2 for bad input. With one argument, a collection: every entry evaluated on Ray as one run, then a
+    summary (outcomes, KernelBench's fast_p, claimed vs measured speedups).
     """
     import json
 
+    if candidate is None:
+        return _eval_collection(problem, kernelbench=kernelbench, form="json" if json_out else form, check=check,
+                                size=size, timeout=timeout, db=db, sandbox=not no_sandbox, resume=resume,
+                                ray_address=ray_address, single_only={"--device": device, "--rtol": rtol,
+                                                                      "--no-baselines": not baselines or None})
+    if resume is not None or kernelbench is not None or ray_address is not None:
+        raise KgenError("--resume, --kernelbench and --ray-address are for a collection (kgen eval COLLECTION)")
     loaded, result = evaluate_file(problem, candidate, device=device, size=size, timeout_s=timeout, rtol=rtol,
                                    db=db, baselines=baselines, sandbox=not no_sandbox)
     if json_out:
@@ -318,6 +343,52 @@ def eval_cmd(
         for line in eval_lines(loaded, result):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     if check and result.outcome != "correct":
+        raise typer.Exit(1)
+
+
+def _eval_collection(collection: Optional[str], *, kernelbench, form, check, size, timeout, db, sandbox, resume,
+                     ray_address, single_only: dict) -> None:
+    """`kgen eval COLLECTION` (kgen.collection): progress on stderr, the summary on stdout."""
+    import signal
+    from pathlib import Path
+
+    given = [name for name, value in single_only.items() if value is not None]
+    if given:
+        raise KgenError(f"{', '.join(given)}: for one candidate (kgen eval PROBLEM CANDIDATE.py), not a collection")
+    if collection is None and resume is None:
+        raise KgenError("give PROBLEM CANDIDATE.py, a collection (a folder or a .jsonl file), or --resume RUN_ID")
+    if collection is not None and resume is not None:
+        raise KgenError("--resume continues a stored run: give no collection with it")
+    if collection is not None and not (Path(collection).is_dir() or collection.endswith(".jsonl")):
+        raise KgenError(f"'{collection}' is not a collection (a folder or a .jsonl file); to evaluate one "
+                        "candidate: kgen eval PROBLEM CANDIDATE.py")
+    from kgen.collection import CollectionConfig, entry_results, run_collection
+    from kgen.collection_summary import render, summarize
+    from kgen.search import STOP_REQUESTED, request_stop
+
+    config = None if collection is None else CollectionConfig(
+        collection=str(Path(collection).absolute()), size=size, timeout_s=timeout,
+        sandbox="bwrap" if sandbox else "none", kernelbench=str(Path(kernelbench).absolute()) if kernelbench else None)
+    STOP_REQUESTED.clear()
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        run_id = run_collection(db, config, resume_run_id=resume, ray_address=ray_address)
+    except KeyboardInterrupt:
+        print("kgen: interrupted", file=sys.stderr)
+        sys.exit(130)
+    from kgen.db import open_db
+
+    database = open_db(db, read_only=True)
+    try:
+        results, timed = entry_results(database, run_id)
+    finally:
+        database.close()
+    summary = summarize(results, timed=timed)
+    if form == "table":
+        print(f"collection run {run_id} ({database.url})")
+    sys.stdout.write(render(summary, results, form))
+    if check and any(r.outcome != "correct" for r in results):
         raise typer.Exit(1)
 
 

@@ -43,16 +43,19 @@ MAX_REQUEUES = 2
 MAX_HARNESS_RETRIES = 1
 
 
-def problem_ref(problem_path: str) -> str:
+def problem_ref(problem_path: Optional[str]) -> Optional[str]:
     """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
-    wherever kgen is installed there), any other problem's path (which every node must be able to read)."""
+    wherever kgen is installed there), any other problem's path (which every node must be able to read).
+    None: the stages have no problem of their own, each job names its own (a collection)."""
     from kgen.resources import problems_dir
 
+    if problem_path is None:
+        return None
     path = Path(problem_path).resolve()
     return path.stem if path.parent == problems_dir().resolve() else str(path)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=32)  # a collection judges many problems in turn
 def _load(problem: str, size: str, source_hash: Optional[str] = None):
     """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
     file) stops the search with one line rather than judge candidates against another reference."""
@@ -89,12 +92,15 @@ class Device:
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
-    def __init__(self, problem: str, size: str, source_hash: str):
+    def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
         self.problem = (problem, size, source_hash)
-        _load(*self.problem)
+        if problem is not None:
+            _load(*self.problem)
         self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
 
-    def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
+    def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
+        """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
+        evaluator's own (a collection's entries each name theirs)."""
         import ray
 
         from kgen.evaluate import evaluate_candidate, sandbox_mode
@@ -104,11 +110,19 @@ class _Evaluator:
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         started = time.time()
-        result = evaluate_candidate(_load(*self.problem), source, settings, self.spares)
+        result = evaluate_candidate(_load(*(problem or self.problem)), source, settings, self.spares)
         # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
+
+    def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
+        """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.baselines, in
+        a child process of kgen's own), so a collection's baselines take turns with its candidates on
+        every GPU instead of one; the driver stores them. None when they could not be timed."""
+        from kgen.baselines import time_baselines
+
+        return time_baselines(_load(*problem), max_autotune)
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
@@ -137,6 +151,7 @@ class Job:
 
     candidate_id: int
     source: str
+    problem: Optional[tuple] = None  # (problem ref, size, source hash) when not the stages' own (a collection)
 
 
 @dataclass(frozen=True)
@@ -169,7 +184,7 @@ class Stages:
     compile_function = staticmethod(_compile)
     evaluator_class = _Evaluator
 
-    def __init__(self, cluster: Cluster, problem_path: str, size: str, source_hash: Optional[str] = None):
+    def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
         import ray
 
         self.problem = (problem_ref(problem_path), size, source_hash)
@@ -241,7 +256,7 @@ class Stages:
             raise error
 
     def _send_to_compile(self, job: Job, settings: EvalSettings) -> None:
-        ref = self._compile_task.remote(*self.problem, job.source, settings)
+        ref = self._compile_task.remote(*(job.problem or self.problem), job.source, settings)
         self._compiling[ref] = (job, settings)
 
     def _tries(self, candidate_id: int, kind: str) -> int:
@@ -342,17 +357,29 @@ class Stages:
                                  self._actor_nodes[index], MAX_HARNESS_RETRIES)
         return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, result))
 
-    def poll(self, timeout_s: float = 0.5, timing_open: bool = True) -> list[StageEvent]:
-        """Dispatch compiled candidates to free evaluators (only while `timing_open`: the search holds
-        the GPUs back while its baselines are being timed), wait up to `timeout_s` for anything to
-        finish, and return the events: 'timing' for each dispatch, 'requeued' for each attempt a dead
-        worker cut short, 'done' with each result."""
+    def _next_ready(self, timing_open) -> Optional[tuple]:
+        """The first compiled (job, settings) that may be timed now: any while `timing_open` is True, none
+        while it is False, else the first job `timing_open(job)` accepts (a collection times a problem's
+        candidates once that problem's baselines are in)."""
+        if timing_open is True or timing_open is False:
+            return self._ready.popleft() if timing_open and self._ready else None
+        for k, item in enumerate(self._ready):
+            if timing_open(item[0]):
+                del self._ready[k]
+                return item
+        return None
+
+    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
+        predicate on the job: the search holds the GPUs back while its baselines are being timed), wait
+        up to `timeout_s` for anything to finish, and return the events: 'timing' for each dispatch,
+        'requeued' for each attempt a dead worker cut short, 'done' with each result."""
         import ray
 
         events: list[StageEvent] = []
-        while timing_open and self._free and self._ready:
-            (job, settings), index = self._ready.popleft(), self._free.pop(0)
-            ref = self.actors[index].evaluate.remote(job.source, settings)
+        while self._free and (item := self._next_ready(timing_open)) is not None:
+            (job, settings), index = item, self._free.pop(0)
+            ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
             events.append(StageEvent("timing", job.candidate_id))
         now = time.monotonic()
@@ -402,6 +429,12 @@ class Stages:
         self._compiled.clear()
         self._nodes.clear()
         self._requeued.clear()
+
+    def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
+        """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
+        gives a dict, or None. An actor runs its calls one at a time, so a baseline never shares a GPU
+        with a candidate (one sent to a busy evaluator waits for its candidate, and delays the next)."""
+        return self.actors[index].baselines.remote(problem, max_autotune)
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is
