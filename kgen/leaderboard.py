@@ -122,6 +122,28 @@ def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional
     return rows
 
 
+def check_problem(db: Database, name: Optional[str]) -> None:
+    """A problem name that is neither bundled nor in the DB is a typo to report (one line, exit 2),
+    not an empty result: `--problem softmx` must not read as "no results yet for softmx"."""
+    if name is None:
+        return
+    from difflib import get_close_matches
+
+    from kgen.problems import problem_names
+
+    bundled = problem_names()
+    with db.reader() as s:
+        stored = sorted(set(s.scalars(select(Run.problem).distinct())) | set(s.scalars(
+            select(Candidate.problem).distinct())))
+    if name in bundled or name in stored:
+        return
+    close = get_close_matches(name, sorted({*bundled, *stored}), n=1)
+    others = [p for p in stored if p not in bundled]
+    raise KgenError(f"unknown problem '{name}'" + (f"; did you mean '{close[0]}'?" if close else "")
+                    + f" (bundled: {', '.join(bundled) or 'none'}"
+                    + (f"; also in this DB: {', '.join(others)}" if others else "") + ")")
+
+
 # -- the table: the CLI, the markdown and the report share its columns ------------------------------
 
 COLUMNS = (
@@ -461,6 +483,10 @@ def render_detail(detail: CandidateDetail, console) -> None:
                      + (f"\n   idea: {a.idea}" if a.idea and not a.seen else ""))
         nodes[a.depth] = nodes[a.depth - 1].add(escape(label), highlight=False)
     console.print(tree)
+    if not console.is_terminal:  # piped or in a file: the source as stored, to copy or diff (no gutter, no wrap)
+        console.file.write(f"source of candidate {c.id}:\n{c.source.rstrip()}\n")
+        console.file.flush()
+        return
     console.print(Syntax(c.source, "python", line_numbers=True, word_wrap=True))
 
 
