@@ -263,7 +263,29 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
             database.close()
         if times is not None:
             settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+    note = _cuda_without_gpu_note(source, device)
+    if note:
+        print(f"kgen: {note}", file=sys.stderr, flush=True)
     return loaded, evaluate_candidate(loaded, source, settings)
+
+
+def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:
+    """What `kgen eval` waits for with a CUDA C++ candidate and no GPU, said before the wait. The build
+    is kept rather than skipped although the verdict can only be not_run: it is the one check this
+    machine can make (a compile error shows here, not first on the GPU machine), and the built
+    extension is cached for the next evaluation of the same source."""
+    if device != "cpu":
+        return None
+    from kgen.evaluate import detect_language
+    from kgen.harness.cuda_build import nvcc_path
+
+    if detect_language(source) != "cuda":
+        return None
+    if nvcc_path() is None:
+        return "a CUDA C++ candidate, and no GPU or nvcc here: it cannot be compiled or run (outcome not_run)"
+    return ("a CUDA C++ candidate and no GPU here: compiling it with nvcc to catch compile errors (minutes on a "
+            "small machine; the build is cached); it will not be run, verified or timed here, so the outcome is "
+            "not_run unless it fails to compile")
 
 
 def eval_lines(problem, result) -> list[str]:
