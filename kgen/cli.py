@@ -263,6 +263,10 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
             database.close()
         if times is not None:
             settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+    if device == "cpu" and size == "full":
+        from kgen.search import FULL_SIZE_ON_CPU_NOTE
+
+        print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
     note = _cuda_without_gpu_note(source, device)
     if note:
         print(f"kgen: {note}", file=sys.stderr, flush=True)

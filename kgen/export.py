@@ -851,7 +851,8 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     if with_test:
         test_path = out_path.with_name(f"test_{out_path.stem}.py")
         test_path.write_text(TEST_TEMPLATE.format(
-            module=out_path.stem, test_file=test_path.name, problem=full.name, problem_ident=re.sub(r"\W", "_", full.name), function=function,
+            module=out_path.stem, test_file=test_path.name, problem=full.name,
+            problem_ident=re.sub(r"\W", "_", full.name), function=function,
             rtol=rtol, atol=atol, full=full.sized_source, small=small.sized_source))
     return Exported(module_path=out_path, test_path=test_path, candidate_id=cand.id, function=function,
                     language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes,

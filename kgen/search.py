@@ -99,6 +99,12 @@ class SearchSummary:
     stop_reason: Optional[str] = None  # why it ended before its last round (the proposer ran out)
 
 
+FULL_SIZE_ON_CPU_NOTE = (
+    "the full size without a GPU: at this size the judge's own work on a CPU (float64 reference outputs, "
+    "checking each output against them) takes tens of seconds per trial, and that time counts against --timeout "
+    "(measured: --timeout 10 reported after 54 s, the candidate never run); --size small is the size for a CPU")
+
+
 def no_gpu_note(language: str) -> str:
     """What a search without a GPU says once, at its start."""
     note = ("No GPU: candidates run under Triton's interpreter; no timings are measured, and candidates are ranked "
@@ -251,6 +257,8 @@ class Search:
         self._seed_counts()
         if device.name == "cpu":
             self.progress.note(no_gpu_note(self.config.language))
+            if self.problem.size == "full":
+                self.progress.note(FULL_SIZE_ON_CPU_NOTE[0].upper() + FULL_SIZE_ON_CPU_NOTE[1:] + ".")
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
