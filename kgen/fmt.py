@@ -239,5 +239,5 @@ def print_table(console, columns: Sequence[Column], rows: Sequence[Sequence[str]
     console.print(Text(lines[0], style="bold underline"), soft_wrap=True)
     for n, line in enumerate(lines[1:]):
         console.print(Text(line, style=(styles[n] if styles else None) or ""), soft_wrap=True)
-    if note:
-        console.print(Text(note, style="dim"), soft_wrap=True)
+    if note:  # words, not cells: wrapped to the terminal like any sentence
+        console.print(Text(note, style="dim"))
