@@ -527,6 +527,11 @@ import warnings
 
 import torch
 
+try:
+    import pytest
+except ImportError:  # `python {test_file}` needs no pytest
+    pytest = None
+
 GPU = torch.cuda.is_available()
 if not GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the module defines its kernels
@@ -580,12 +585,14 @@ def _skip_without_toolchain():
         raise unittest.SkipTest("a CUDA C++ kernel needs a GPU")  # pytest reports it as a skip too
 
 
-def test_matches_the_reference_on_fresh_random_inputs():
-    for seed in (0, 1, 2):
-        _matches_the_reference(seed)
+def _each_seed(test):
+    """One test per seed: pytest's parametrize where pytest runs it; `python {test_file}` loops over them."""
+    test.seeds = (0, 1, 2)
+    return pytest.mark.parametrize("seed", test.seeds)(test) if pytest is not None else test
 
 
-def _matches_the_reference(seed):
+@_each_seed
+def test_matches_the_reference_on_fresh_random_inputs(seed):
     _skip_without_toolchain()
     model, inputs, init_inputs = _setup(seed)
     params = [p.detach() for p in model.parameters()]
@@ -636,16 +643,19 @@ def test_runs_the_reference_on_a_non_contiguous_input():
 
 if __name__ == "__main__":  # `python {test_file}`: every test above, without pytest
     failed = 0
-    for name, test in [(n, f) for n, f in list(globals().items()) if n.startswith("test_") and callable(f)]:
+    tests = [(n, f) for n, f in list(globals().items()) if n.startswith("test_") and callable(f)]
+    for name, test, args in [(n, f, a) for n, f in tests for a in ([(s,) for s in f.seeds] if hasattr(f, "seeds")
+                                                                   else [()])]:
+        label = name + (f"[{{args[0]}}]" if args else "")
         try:
-            test()
+            test(*args)
         except unittest.SkipTest as e:
-            print(f"skipped {{name}}: {{e}}")
+            print(f"skipped {{label}}: {{e}}")
         except Exception as e:  # noqa: BLE001 - a failing test is reported, and the others still run
             failed += 1
-            print(f"FAILED {{name}}: {{type(e).__name__}}: {{e}}")
+            print(f"FAILED {{label}}: {{type(e).__name__}}: {{e}}")
         else:
-            print(f"ok {{name}}")
+            print(f"ok {{label}}")
     print(f"{{failed}} test(s) FAILED" if failed else "all tests passed")
     sys.exit(1 if failed else 0)
 '''
