@@ -181,8 +181,9 @@ def test_show_piped_prints_the_source_as_stored(results):
 
 
 def test_help_lists_every_commands_summary_in_full():
-    from kgen.cli import app
     from typer.main import get_command
+
+    from kgen.cli import app
 
     r = run_kgen("--help", env={"COLUMNS": "80"})
     listing = r.stdout.split("Commands:")[1]
@@ -211,7 +212,7 @@ def test_a_terminal_view_names_the_columns_it_left_out_and_a_wide_terminal_shows
     left_out = re.search(r"not shown: ([^;(]+)", narrow).group(1)
     names = [" ".join(n.split()) for n in left_out.split(",")]  # the line wraps like a sentence
     header = narrow.splitlines()[1].split("  ")
-    assert names and not {n for n in names} & {h.strip() for h in header}
+    assert names and not set(names) & {h.strip() for h in header}
     assert "(--wide shows every column)" in narrow
     wide = ANSI.sub("", run_kgen(command, "--db", str(path), env=terminal(250)).stdout)
     assert "not shown:" not in wide
