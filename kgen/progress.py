@@ -181,10 +181,14 @@ class SearchProgress:
         if c.round_index == round_index:
             c.round_index = None
         mine = self._round_outcomes.pop(round_index, Counter())
+        if c.best_candidate_id is not None and c.best_speedup_eager is None:  # no GPU: nothing timed, no speedups
+            best = f"best candidate {c.best_candidate_id} (untimed)"
+        else:
+            best = (f"best {fmt.speedup(c.best_speedup_eager)} vs eager, "
+                    f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile")
         self._line(f"round {round_index + 1}/{c.rounds_total} done: {sum(mine.values())} evaluated, "
                    f"{mine['correct']} correct; run so far: {c.done} evaluated, {c.outcomes['correct']} correct, "
-                   f"best {fmt.speedup(c.best_speedup_eager)} vs eager, "
-                   f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile; ETA {fmt.duration(c.eta_s())}")
+                   f"{best}; ETA {fmt.duration(c.eta_s())}")
 
     def close(self) -> None:
         pass

@@ -250,7 +250,8 @@ def test_the_round_line_counts_the_round_and_the_run_apart():
     progress.round_finished(1)
     done = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if " done: " in line]
     assert done[0].startswith("round 1/3 done: 3 evaluated, 2 correct; run so far: 4 evaluated, 3 correct")
-    assert done[1].startswith("round 2/3 done: 2 evaluated, 2 correct; run so far: 5 evaluated, 4 correct")
+    assert done[1].startswith("round 2/3 done: 2 evaluated, 2 correct; run so far: 5 evaluated, 4 correct, "
+                              "best candidate 1 (untimed);")  # no GPU: no "- vs eager"
 
 
 def test_an_interrupted_run_counts_candidates_not_evaluated_yet_apart_from_failures(interrupted_db):
