@@ -29,6 +29,12 @@ class KgenCommand(TyperCommand):
     by their type, and each default said once, as `[default: ...]` (`show_default` holds the words
     for a default that depends on the machine)."""
 
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The summary `kgen --help` lists: the docstring's first paragraph in full, never cut with "..."
+        (click cuts it to the terminal's width; the help formatter wraps it instead)."""
+        text = self.short_help or (self.help or "").split("\n\n")[0]
+        return " ".join(text.split())
+
     def collect_usage_pieces(self, ctx) -> list[str]:
         return [self.options_metavar, *(_value_name(p) for p in self.get_params(ctx)
                                         if p.param_type_name == "argument")]
@@ -180,10 +186,14 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     a line per size in aligned columns, the shapes wrapped to the width."""
     import textwrap
 
-    if width is None:
-        return ["  ".join([f.name, f.size, f.dtype, _shapes_text(f), f"FLOPs {fmt.si(f.flops)}",
-                           f"bytes {fmt.si(f.bytes_moved, 'B')}", f"floor {_floor_text(f)}"]
-                          + ([f"{f.sized_by}: {', '.join(f.changes)}"] if f.changes else [])) for f in figures]
+    if width is None:  # piped: one aligned table with a header, a row per problem and size, nothing cut
+        columns = [fmt.Column("problem"), fmt.Column("size"), fmt.Column("dtype"), fmt.Column("inputs → outputs"),
+                   fmt.Column("FLOPs", numeric=True), fmt.Column("bytes", numeric=True), fmt.Column("floor"),
+                   fmt.Column("sized by")]
+        rows = [[f.name, f.size, f.dtype, _shapes_text(f), fmt.si(f.flops), fmt.si(f.bytes_moved, "B"),
+                 _floor_text(f), f"{f.sized_by}: {', '.join(f.changes)}" if f.changes else fmt.MISSING]
+                for f in figures]
+        return fmt.plain_table(columns, rows).splitlines() if rows else []
     cells = [(f.size, f.dtype, fmt.si(f.flops), fmt.si(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
     header = ("size", "dtype", "FLOPs", "bytes", "floor")
     widths = [max(len(row[i]) for row in [*cells, header]) for i in range(len(header))]
@@ -253,7 +263,33 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
             database.close()
         if times is not None:
             settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+    if device == "cpu" and size == "full":
+        from kgen.search import FULL_SIZE_ON_CPU_NOTE
+
+        print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
+    note = _cuda_without_gpu_note(source, device)
+    if note:
+        print(f"kgen: {note}", file=sys.stderr, flush=True)
     return loaded, evaluate_candidate(loaded, source, settings)
+
+
+def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:
+    """What `kgen eval` waits for with a CUDA C++ candidate and no GPU, said before the wait. The build
+    is kept rather than skipped although the verdict can only be not_run: it is the one check this
+    machine can make (a compile error shows here, not first on the GPU machine), and the built
+    extension is cached for the next evaluation of the same source."""
+    if device != "cpu":
+        return None
+    from kgen.evaluate import detect_language
+    from kgen.harness.cuda_build import nvcc_path
+
+    if detect_language(source) != "cuda":
+        return None
+    if nvcc_path() is None:
+        return "a CUDA C++ candidate, and no GPU or nvcc here: it cannot be compiled or run (outcome not_run)"
+    return ("a CUDA C++ candidate and no GPU here: compiling it with nvcc to catch compile errors (minutes on a "
+            "small machine; the build is cached); it will not be run, verified or timed here, so the outcome is "
+            "not_run unless it fails to compile")
 
 
 def eval_lines(problem, result) -> list[str]:
@@ -533,6 +569,7 @@ def leaderboard_cmd(
 
     database = open_db(db, read_only=True)
     try:
+        lb.check_problem(database, problem)
         rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
         rows = ledger.sort_board(database, rows, sort, ledger.flag_prices(price_in, price_out))
     finally:
@@ -602,6 +639,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
     try:
         from kgen.ledger import flag_prices
 
+        lb.check_problem(database, problem)
         rows = lb.run_rows(database, problem=problem, prices=flag_prices(price_in, price_out))
     finally:
         database.close()
@@ -632,9 +670,12 @@ def export_cmd(
     """Write a candidate as a module that needs no kgen (on a GPU, once the judge finds it still correct there)."""
     from kgen.db import open_db
     from kgen.export import export_candidate
+    from kgen.leaderboard import check_problem
 
     database = open_db(db, read_only=True)
     try:
+        if not target.isdigit():
+            check_problem(database, target)
         written = export_candidate(database, target, out, with_test=with_test, verify=not no_verify, aot=aot,
                                    sandbox="none" if no_sandbox else "bwrap")
     finally:
@@ -656,6 +697,9 @@ def report_cmd(
 
     database = open_db(db, read_only=True)
     try:
+        from kgen.leaderboard import check_problem
+
+        check_problem(database, problem)
         path = write_report(database, out, problem=problem, run_id=run)
     finally:
         database.close()
@@ -749,6 +793,25 @@ def expand_list_options(argv: list[str]) -> list[str]:
     return out
 
 
+def _bad_number_message(e: Exception) -> Optional[str]:
+    """A value that is not a number, in kgen's words ("ID must be a whole number (got 'abc')"), rather
+    than the validation library's that typer passes on; None for any other usage error."""
+    param, errors = getattr(e, "param", None), getattr(e.__cause__, "errors", None)
+    if param is None or not callable(errors):
+        return None
+    try:
+        first = errors()[0]
+    except (IndexError, TypeError, ValueError):
+        return None
+    what = {"int_parsing": "a whole number", "int_from_float": "a whole number",
+            "float_parsing": "a number"}.get(first.get("type"))
+    if what is None:
+        return None
+    name = param.opts[0] if param.param_type_name == "option" else _value_name(param)
+    hint = " (kgen leaderboard lists candidate ids)" if name == "ID" else ""
+    return f"{name} must be {what}, not '{first.get('input')}'{hint}"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     argv = expand_list_options(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -775,7 +838,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (typer's) usage errors
             if os.environ.get("KGEN_DEBUG"):
                 traceback.print_exc()
-            print(f"kgen: error: {e.format_message()}", file=sys.stderr)
+            print(f"kgen: error: {_bad_number_message(e) or e.format_message()}", file=sys.stderr)
             sys.exit(2)
         if os.environ.get("KGEN_DEBUG"):
             raise

@@ -96,6 +96,13 @@ class SearchSummary:
     calls_without_tokens: int = 0  # replies whose server reported no usage (not counted in the tokens)
     wall_s: float = 0.0
     timed: bool = True
+    stop_reason: Optional[str] = None  # why it ended before its last round (the proposer ran out)
+
+
+FULL_SIZE_ON_CPU_NOTE = (
+    "the full size without a GPU: at this size the judge's own work on a CPU (float64 reference outputs, "
+    "checking each output against them) takes tens of seconds per trial, and that time counts against --timeout "
+    "(measured: --timeout 10 reported after 54 s, the candidate never run); --size small is the size for a CPU")
 
 
 def no_gpu_note(language: str) -> str:
@@ -204,6 +211,7 @@ class Search:
         self.started = time.monotonic()
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
+        self.stop_reason: Optional[str] = None
 
     def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
@@ -249,6 +257,8 @@ class Search:
         self._seed_counts()
         if device.name == "cpu":
             self.progress.note(no_gpu_note(self.config.language))
+            if self.problem.size == "full":
+                self.progress.note(FULL_SIZE_ON_CPU_NOTE[0].upper() + FULL_SIZE_ON_CPU_NOTE[1:] + ".")
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -283,6 +293,7 @@ class Search:
                     limit = len(open_rounds)
                     break
                 if jobs is None:
+                    self.stop_reason = f"the {self.config.proposer} proposer had nothing more to propose"
                     self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
                     exhausted = True
                     break
@@ -409,7 +420,7 @@ class Search:
                                 candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 calls_without_tokens=unreported,
-                                wall_s=time.monotonic() - self.started, timed=timed)
+                                wall_s=time.monotonic() - self.started, timed=timed, stop_reason=self.stop_reason)
         if correct:  # the first found, replaced only by one that beats it beyond the timing noise
             best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)
             summary.best_id = best.id
@@ -462,6 +473,9 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     progress = progress or SearchProgress()
     search = Search(db, config, problem, proposer, progress, run_id=run_id)
     try:
+        if cluster is None:  # Ray takes seconds to start: say so rather than sit silent
+            progress.note(f"joining the Ray cluster at {ray_address} ..." if ray_address else
+                          "starting a local Ray cluster and its workers (takes about 10 s) ...")
         return search.run(cluster or ray_cluster.connect(ray_address))
     except BaseException as e:
         if search.run_id is not None:
