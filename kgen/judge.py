@@ -198,6 +198,18 @@ class SpareRunners:
                 break
         return fresh
 
+    def prestart(self, device: str, counts: dict[str, int]) -> None:
+        """Start now, all at once, the processes of each kind one evaluation will take (`counts`): with
+        `depth` 0, what a single `kgen eval` needs, so its sandboxes import torch side by side, while
+        the baselines compile and the reference runs, instead of one after another."""
+        for kind, count in counts.items():
+            queue = self.spares.setdefault((device, kind), [])
+            while len(queue) < count:
+                try:
+                    queue.append(start_process(device, self.mode, kind))
+                except HarnessFault:  # take() starts it then, and reports why it could not
+                    break
+
     def warm(self) -> None:
         """Let the waiting spares make their CUDA contexts now (no candidate is being timed)."""
         for queue in self.spares.values():
@@ -903,6 +915,7 @@ class Judge:
             reference = None
             for _attempt in range(2):
                 slot = self.start_runner(job)
+                self.phase("runner_start_s")
                 details["sandbox"]["isolation"] = slot.process.isolation
                 watch = Stopwatch(self, slot) if self.gpu else None
                 if watch is not None:
