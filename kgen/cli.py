@@ -660,8 +660,7 @@ def bench_cmd(
     seed: int = typer.Option(0, "--seed", metavar="S", help="The offline proposer's seed."),
     language: str = typer.Option("triton", "--language", metavar="|".join(LANGUAGE_CHOICES),
                                  callback=_choice(*LANGUAGE_CHOICES),
-                                 help="The kernel language (triton keeps the default budget under 300 s on an H100 "
-                                      "for the five problems on a fresh DB; CUDA builds take seconds to minutes)."),
+                                 help="The kernel language (CUDA candidates' builds take seconds to minutes each)."),
     max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune') "
                                       "(minutes per problem on a fresh DB; the DB keeps it)."),
     gpus: Optional[list[int]] = typer.Option(None, "--gpus", metavar="N", show_default="every GPU, one pass",

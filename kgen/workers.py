@@ -21,6 +21,7 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -93,6 +94,7 @@ class _Evaluator:
         self.problem = (problem, size, source_hash)
         _load(*self.problem)
         self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self._stopped = None  # the spares' paused() context while the search times its baselines
 
     def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
         import ray
@@ -109,6 +111,40 @@ class _Evaluator:
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
+        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
+        them make their CUDA contexts: they start while the search times its baselines, not when the
+        first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
+        from kgen.evaluate import sandbox_mode
+        from kgen.judge import SpareRunners
+
+        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        device = self._judge_device()
+        depth = SpareRunners.DEPTH if device != "cpu" else {}
+        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
+        if device != "cpu":
+            self.spares.warm()
+
+    def stop_spares(self, stopped: bool) -> None:
+        """SIGSTOP (True) or SIGCONT (False) the waiting sandboxes: the baselines are timed meanwhile."""
+        if stopped and self.spares is not None and self._stopped is None:
+            self._stopped = self.spares.paused()
+            self._stopped.__enter__()
+        elif not stopped and self._stopped is not None:
+            self._stopped.__exit__(None, None, None)
+            self._stopped = None
+
+    @staticmethod
+    def _judge_device() -> str:
+        """The device as the judge keys its spares (kgen.judge.Judge.take): cuda:N of this worker's GPU, or cpu."""
+        import torch
+
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
@@ -190,6 +226,30 @@ class Stages:
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
+        without them (a test's stand-in) starts them with its first candidate as before."""
+        if not hasattr(self.evaluator_class, "prestart"):
+            return
+        for actor in self.actors:
+            actor.prestart.remote(sandbox, language)
+
+    @contextlib.contextmanager
+    def spares_stopped(self, timeout_s: float = 30.0) -> Iterator[None]:
+        """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
+        of the search's own competes with them for the CPU that launches their kernels."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "stop_spares"):
+            yield
+            return
+        ray.wait([a.stop_spares.remote(True) for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+        try:
+            yield
+        finally:
+            ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
+                     timeout=timeout_s)
 
     def _new_actor(self):
         return self._actor_class.options(**self._actor_options).remote(*self.problem)
