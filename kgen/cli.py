@@ -293,8 +293,9 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
 
         print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
               "there (--no-baselines skips them)", file=sys.stderr)
+    load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
     result = evaluate_one(loaded, source, settings, db=db, baselines=baselines)
-    result.details["breakdown"] = {"startup_s": startup_s, **result.details.get("breakdown", {})}
+    result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 
 

@@ -139,7 +139,8 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
     while the baselines compile; they are stopped while the baselines are timed (eager and
     torch.compile on a GPU, unless `baselines` is False: timed once per problem, device and versions,
     then read from the results DB `db`), then the judge takes them. `details["breakdown"]` holds where
-    the seconds went: static_s, baselines_s, then the judge's phases."""
+    the seconds went: static_s, baselines_s, close_s (stopping the sandboxes left over), then the judge's
+    phases."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -173,7 +174,9 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
             breakdown["baselines_s"] = round(time.monotonic() - mark, 3)
         result = evaluate_candidate(problem, source, settings, spares)
     finally:
+        closing = time.monotonic()
         spares.close()
+    breakdown["close_s"] = round(time.monotonic() - closing, 3)  # the sandboxes left over, stopped
     phases = result.details.get("phases")
     breakdown.update(phases if isinstance(phases, dict) else {})
     result.details["breakdown"] = breakdown
