@@ -208,12 +208,20 @@ class Stages:
     def __init__(self, cluster: Cluster, problem_path: str, size: str, source_hash: Optional[str] = None):
         import ray
 
+        from kgen.cluster import Reservation
+
         self.problem = (problem_ref(problem_path), size, source_hash)
-        # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
-        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
+        placement = cluster.placement
+        # The placement's slots, reserved whole (or a one-line KgenError within a minute): the compile tasks
+        # share each node's CPUs the evaluators leave. A placement without slots (a test's) is left to Ray.
+        self._reservation = Reservation(placement) if placement.evaluators else None
+        # else SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
+        compile_options = (self._reservation.compile_options() if self._reservation
+                           else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
+        self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
-        self._actor_options = cluster.placement.actor_options
-        self.actors = [self._new_actor() for _ in range(cluster.placement.count)]
+        self._actor_options = placement.actor_options
+        self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
         self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
@@ -251,8 +259,9 @@ class Stages:
             ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
                      timeout=timeout_s)
 
-    def _new_actor(self):
-        return self._actor_class.options(**self._actor_options).remote(*self.problem)
+    def _new_actor(self, index: int):
+        options = self._reservation.actor_options(index) if self._reservation else self._actor_options
+        return self._actor_class.options(**options).remote(*self.problem)
 
     @property
     def evaluator_count(self) -> int:
@@ -282,7 +291,7 @@ class Stages:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
         except RayError:
-            self.actors[index] = self._new_actor()
+            self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
         self._free.append(index)
@@ -483,10 +492,15 @@ class Stages:
     def close(self) -> None:
         """The search is over: drop what is in flight and let the evaluators go, so a next search on the
         same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
-        worker processes stopped), once its current task, if any, ends."""
+        worker processes stopped), once its current task, if any, ends; then the reserved slots go back
+        (after 10 s at most: an evaluator still busy then is ended with them)."""
+        import ray
+
         self.cancel()
-        for actor in self.actors:
-            actor.__ray_terminate__.remote()
+        ends = [actor.__ray_terminate__.remote() for actor in self.actors]
+        if self._reservation is not None:  # its slots go back once the evaluators have ended (or 10 s on)
+            ray.wait(ends, num_returns=len(ends), timeout=10)
+            self._reservation.release()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""
