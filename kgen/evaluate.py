@@ -150,7 +150,7 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
         result.eval_s = static_s
         result.details["breakdown"] = {"static_s": static_s}
         return result
-    from kgen.judge import SpareRunners
+    from kgen.judge import SpareRunners, spare_key
 
     device = _check_device(settings.device)
     mode = sandbox_mode(settings)
@@ -158,7 +158,7 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
     spares = SpareRunners(mode, depth=0)
     breakdown: dict[str, Any] = {"static_s": static_s}
     try:
-        spares.prestart(device, _processes(verdict.language, device))
+        spares.prestart(spare_key(device), _processes(verdict.language, device))
         if baselines and device != "cpu":
             from kgen.baselines import get_baselines
             from kgen.db import open_db

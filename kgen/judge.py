@@ -165,6 +165,15 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run", wrapper: tu
     return RunnerSlot(process, Channel(ours), staging)
 
 
+def spare_key(device: str) -> str:
+    """The device as the judge names it when it takes a spare (Judge.take: cuda:N, or cpu), for code that
+    starts spares before the judge runs."""
+    target = torch.device(device)
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    return str(target)
+
+
 class SpareRunners:
     """Started processes kept ready per (device, kind), `depth` of each: they import torch while the
     judge is busy with earlier candidates, and make their CUDA context when told to (`warm`, after a

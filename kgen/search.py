@@ -264,8 +264,13 @@ class Search:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
 
     def run(self, cluster) -> SearchSummary:
+        import torch
+
+        from kgen.roofline import device_ceilings
         from kgen.workers import Stages
 
+        if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
+            device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         local_gpu = self._local_gpu(cluster)

@@ -141,10 +141,12 @@ class _Evaluator:
 
     @staticmethod
     def _judge_device() -> str:
-        """The device as the judge keys its spares (kgen.judge.Judge.take): cuda:N of this worker's GPU, or cpu."""
+        """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
         import torch
 
-        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        from kgen.judge import spare_key
+
+        return spare_key("cuda") if torch.cuda.is_available() else "cpu"
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}

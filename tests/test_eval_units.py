@@ -391,3 +391,21 @@ def test_the_baseline_child_is_timed_only_inside_the_callers_hold(tmp_path, monk
     sent = baselines._time_in_child({"log": str(log)}, hold)
     assert sent is not None and (sent["eager_ms"], sent["compile_ms"]) == (1.5, 1.25)
     assert log.read_text().split() == ["compiled", "held", "timed", "released"]
+
+
+def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_ones(monkeypatch):
+    """The sandboxes one evaluation needs start before the judge runs, and the judge takes exactly those
+    (a spare it cannot find under its own name for the device would be started again, and the first wasted)."""
+    from kgen import judge
+    from kgen.evaluate import evaluate_one
+    from kgen.problems import load_problem
+
+    started = []
+    real = judge.start_process
+    monkeypatch.setattr(judge, "start_process", lambda device, mode, kind="run", **kw: (
+        started.append((device, kind)), real(device, mode, kind, **kw))[1])
+    result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
+                          EvalSettings(device="cpu", size="small"))
+    assert result.outcome == "correct", result.message
+    assert started == [("cpu", "run")]  # on the CPU a Triton candidate takes one runner, and no spare is kept
+    assert judge.spare_key("cpu") == "cpu" and judge.spare_key("cuda:1") == "cuda:1"
