@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
+from dataclasses import dataclass
 from typing import Optional
 
 import typer
@@ -218,6 +220,39 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class NamedProblem:
+    """A problem as a static reject names it: found, never loaded (loading imports torch)."""
+
+    name: str
+    size: str
+
+
+def _problem_file_exists(problem: str) -> bool:
+    """Whether `problem` names a bundled problem or a file, as kgen.problems.resolve_problem_path finds
+    them (which says what is wrong when it does not), without importing torch."""
+    from pathlib import Path
+
+    from kgen.resources import problems_dir
+
+    if problem.endswith(".py") or os.sep in problem or "/" in problem:
+        return Path(problem).expanduser().is_file()
+    return (problems_dir() / f"{problem}.py").is_file()
+
+
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (Linux: /proc): what kgen's own start and imports cost
+    before the evaluation began; None where it cannot tell."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return round(uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None, size: Optional[str] = None,
                   timeout_s: float = 300.0, rtol: Optional[float] = None, db: Optional[str] = None,
                   baselines: bool = True, sandbox: bool = True):
@@ -226,9 +261,8 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
-    from kgen.evaluate import evaluate_candidate
-    from kgen.problems import load_problem
     from kgen.records import EvalSettings
+    from kgen.static_checks import check_source
 
     path = Path(candidate)
     if not path.is_file():
@@ -239,6 +273,20 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
         raise KgenError(f"cannot read candidate file {candidate}: {e}") from e
     if rtol is not None and not 0 < rtol < 1:
         raise KgenError("--rtol must be between 0 and 1")
+    startup_s, started = process_age_s(), time.monotonic()
+    verdict = check_source(source)
+    if verdict.rejection is not None and _problem_file_exists(problem):
+        # rejected without running: nothing is started or loaded (not even torch), so it takes a moment
+        from kgen.records import EvalResult, Outcome
+
+        result = EvalResult(outcome=Outcome.STATIC_REJECT.value, message=verdict.rejection, device=device or "-",
+                            size=size or "-", language=verdict.language if verdict.language != "unknown" else None,
+                            eval_s=time.monotonic() - started)
+        result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
+        return NamedProblem(Path(problem).stem, size or "-"), result
+    from kgen.evaluate import evaluate_one
+    from kgen.problems import load_problem
+
     if device is None:
         import torch
 
@@ -251,18 +299,10 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
 
     check_sandbox(SandboxMode(settings.sandbox))
     if baselines and device != "cpu":
-        from kgen.baselines import get_baselines
-        from kgen.db import open_db
+        from kgen.db import db_url, mask_url
 
-        database = open_db(db)
-        print(f"kgen: eager and torch.compile baselines: from {database.url}, or timed now (once) and kept there "
-              "(--no-baselines skips them)", file=sys.stderr)
-        try:
-            times = get_baselines(database, loaded, device)
-        finally:
-            database.close()
-        if times is not None:
-            settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+        print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
+              "there (--no-baselines skips them)", file=sys.stderr)
     if device == "cpu" and size == "full":
         from kgen.search import FULL_SIZE_ON_CPU_NOTE
 
@@ -270,7 +310,10 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     note = _cuda_without_gpu_note(source, device)
     if note:
         print(f"kgen: {note}", file=sys.stderr, flush=True)
-    return loaded, evaluate_candidate(loaded, source, settings)
+    load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
+    result = evaluate_one(loaded, source, settings, db=db, baselines=baselines)
+    result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
+    return loaded, result
 
 
 def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:
@@ -374,8 +417,9 @@ def eval_cmd(
         print(json.dumps(result.to_dict(), default=str))
     else:
         style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
-        console.print(f"[{style}]{result.outcome}[/] {loaded.name} ({loaded.size}) on {result.device}: "
-                      f"{result.language or 'unknown language'}", highlight=False)
+        where = f"({loaded.size}) on {result.device}" if result.device != "-" else "(static checks only: nothing ran)"
+        console.print(f"[{style}]{result.outcome}[/] {loaded.name} {where}: {result.language or 'unknown language'}",
+                      highlight=False)
         for line in eval_lines(loaded, result):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     if check and result.outcome != "correct":
@@ -732,8 +776,7 @@ def bench_cmd(
     seed: int = typer.Option(0, "--seed", metavar="S", help="The offline proposer's seed."),
     language: str = typer.Option("triton", "--language", metavar="|".join(LANGUAGE_CHOICES),
                                  callback=_choice(*LANGUAGE_CHOICES),
-                                 help="The kernel language (triton keeps the default budget under 300 s on an H100 "
-                                      "for the five problems on a fresh DB; CUDA builds take seconds to minutes)."),
+                                 help="The kernel language (CUDA candidates' builds take seconds to minutes each)."),
     max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune') "
                                       "(minutes per problem on a fresh DB; the DB keeps it)."),
     gpus: Optional[list[int]] = typer.Option(None, "--gpus", metavar="N", show_default="every GPU, one pass",

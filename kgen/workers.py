@@ -21,6 +21,7 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -97,6 +98,7 @@ class _Evaluator:
         if problem is not None:
             _load(*self.problem)
         self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self._stopped = None  # the spares' paused() context while the search times its baselines
 
     def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
         """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
@@ -123,6 +125,42 @@ class _Evaluator:
         from kgen.baselines import time_baselines
 
         return time_baselines(_load(*problem), max_autotune)
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
+        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
+        them make their CUDA contexts: they start while the search times its baselines, not when the
+        first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
+        from kgen.evaluate import sandbox_mode
+        from kgen.judge import SpareRunners
+
+        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        device = self._judge_device()
+        depth = SpareRunners.DEPTH if device != "cpu" else {}
+        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
+        if device != "cpu":
+            self.spares.warm()
+
+    def stop_spares(self, stopped: bool) -> None:
+        """SIGSTOP (True) or SIGCONT (False) the waiting sandboxes: the baselines are timed meanwhile."""
+        if stopped and self.spares is not None and self._stopped is None:
+            self._stopped = self.spares.paused()
+            self._stopped.__enter__()
+        elif not stopped and self._stopped is not None:
+            self._stopped.__exit__(None, None, None)
+            self._stopped = None
+
+    @staticmethod
+    def _judge_device() -> str:
+        """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
+        import torch
+
+        from kgen.judge import spare_key
+
+        return spare_key("cuda") if torch.cuda.is_available() else "cpu"
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
@@ -187,12 +225,20 @@ class Stages:
     def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
         import ray
 
+        from kgen.cluster import Reservation
+
         self.problem = (problem_ref(problem_path), size, source_hash)
-        # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
-        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
+        placement = cluster.placement
+        # The placement's slots, reserved whole (or a one-line KgenError within a minute): the compile tasks
+        # share each node's CPUs the evaluators leave. A placement without slots (a test's) is left to Ray.
+        self._reservation = Reservation(placement) if placement.evaluators else None
+        # else SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
+        compile_options = (self._reservation.compile_options() if self._reservation
+                           else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
+        self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
-        self._actor_options = cluster.placement.actor_options
-        self.actors = [self._new_actor() for _ in range(cluster.placement.count)]
+        self._actor_options = placement.actor_options
+        self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
         self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
@@ -206,8 +252,33 @@ class Stages:
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
-    def _new_actor(self):
-        return self._actor_class.options(**self._actor_options).remote(*self.problem)
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
+        without them (a test's stand-in) starts them with its first candidate as before."""
+        if not hasattr(self.evaluator_class, "prestart"):
+            return
+        for actor in self.actors:
+            actor.prestart.remote(sandbox, language)
+
+    @contextlib.contextmanager
+    def spares_stopped(self, timeout_s: float = 30.0) -> Iterator[None]:
+        """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
+        of the search's own competes with them for the CPU that launches their kernels."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "stop_spares"):
+            yield
+            return
+        ray.wait([a.stop_spares.remote(True) for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+        try:
+            yield
+        finally:
+            ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
+                     timeout=timeout_s)
+
+    def _new_actor(self, index: int):
+        options = self._reservation.actor_options(index) if self._reservation else self._actor_options
+        return self._actor_class.options(**options).remote(*self.problem)
 
     @property
     def evaluator_count(self) -> int:
@@ -237,7 +308,7 @@ class Stages:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
         except RayError:
-            self.actors[index] = self._new_actor()
+            self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
         self._free.append(index)
@@ -456,10 +527,15 @@ class Stages:
     def close(self) -> None:
         """The search is over: drop what is in flight and let the evaluators go, so a next search on the
         same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
-        worker processes stopped), once its current task, if any, ends."""
+        worker processes stopped), once its current task, if any, ends; then the reserved slots go back
+        (after 10 s at most: an evaluator still busy then is ended with them)."""
+        import ray
+
         self.cancel()
-        for actor in self.actors:
-            actor.__ray_terminate__.remote()
+        ends = [actor.__ray_terminate__.remote() for actor in self.actors]
+        if self._reservation is not None:  # its slots go back once the evaluators have ended (or 10 s on)
+            ray.wait(ends, num_returns=len(ends), timeout=10)
+            self._reservation.release()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""
