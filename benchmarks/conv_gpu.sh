@@ -27,10 +27,9 @@ sweep s2d 80 conv2d triton_3xtf32_s2d.py --grid BLOCK_M=64,128 --grid NUM_WARPS=
 sweep s2d-n64 20 conv2d triton_3xtf32_s2d.py --grid BLOCK_N=64 --grid NSUB=2 --grid BLOCK_M=64,128 --grid NUM_WARPS=8
 sweep then-pool-baseline 15 conv_relu_maxpool triton_3xtf32_conv_then_pool.py
 sweep s2d-then-pool 40 conv_relu_maxpool triton_3xtf32_s2d_then_pool.py --grid BLOCK_M=64,128 --grid NUM_WARPS=4,8
-sweep s2d-fused-pool 60 conv_relu_maxpool triton_3xtf32_s2d_fused_pool.py --grid BLOCK_M=64,128 --grid PROGS_PER_SM=1,2
 } | tee "$OUT/conv-sweeps.txt"
 
-for pf in conv2d:conv2d/triton_3xtf32_s2d conv_relu_maxpool:conv_relu_maxpool/triton_3xtf32_s2d_fused_pool \
+for pf in conv2d:conv2d/triton_3xtf32_s2d \
           conv_relu_maxpool:conv_relu_maxpool/triton_3xtf32_s2d_then_pool; do
   problem=${pf%%:*}; file=problems/starters/${pf#*:}.py; name=$(basename "$file" .py)
   t=$(left)

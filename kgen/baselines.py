@@ -8,6 +8,10 @@ convolutions); the flags in force are stored with the row.
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from importlib import metadata
 from typing import Optional
 
@@ -18,6 +22,7 @@ from kgen.db import Baseline, Database
 from kgen.problems import Problem
 
 BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
+WORKER = "kgen.baseline_worker"  # the module the child runs (tests put a stand-in for the GPU part here)
 
 
 def _version(package: str) -> str:
@@ -49,60 +54,106 @@ def _cached(db: Database, problem: Problem, device_name: str, torch_version: str
             Baseline.triton_version == triton_version)).first()
 
 
-def _time_in_child(job: dict) -> Optional[dict]:
-    """Run kgen.baseline_worker on `job`; its result, or None if it failed or timed out."""
+def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
+    """Run kgen.baseline_worker on `job`; its result, or None if it failed or timed out. `hold()`, when
+    given, is entered once the worker has compiled every variant and before it times them, and left
+    when it ends (kgen eval stops its started sandboxes so: nothing of ours competes with the timed runs)."""
     import json
     import os
+    import select
+    import signal
     import subprocess
     import sys
 
     read, write = os.pipe()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kgen.baseline_worker", str(write)], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(write)], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write,),
                                 start_new_session=True)
     finally:
         os.close(write)
-    with os.fdopen(read) as result:
+    deadline = time.monotonic() + BASELINE_TIMEOUT_S
+    buffer, sent = b"", None
+    with contextlib.ExitStack() as held, os.fdopen(read, "rb", buffering=0) as lines:
         try:
-            proc.communicate(json.dumps(job).encode(), timeout=BASELINE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return None
-        try:
-            sent = json.loads(result.read() or "null")
-        except ValueError:
-            return None
+            proc.stdin.write((json.dumps(job) + "\n").encode())
+            proc.stdin.flush()
+            while True:
+                if not select.select([lines], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+                    raise TimeoutError
+                chunk = lines.read(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    message = json.loads(line or b"null")
+                    if isinstance(message, dict) and message.get("ready_to_time"):
+                        if hold is not None:
+                            held.enter_context(hold())
+                        proc.stdin.write(b"go\n")
+                        proc.stdin.flush()
+                    else:
+                        sent = message
+            proc.wait(timeout=max(deadline - time.monotonic(), 1.0))  # its exit tidies torch.compile's workers
+        except (TimeoutError, subprocess.TimeoutExpired, OSError, ValueError):
+            sent = None
+        finally:
+            if proc.poll() is None:  # timed out or broken: it and whatever it started go
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     return sent if isinstance(sent, dict) and "error" not in sent else None
 
 
+def time_baselines(problem: Problem, max_autotune: bool = False,
+                   hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
+    """Time `problem` now, in a child process on this process's GPU: kgen.baseline_worker's answer
+    (eager_ms, compile_ms, compile_max_autotune_ms, settings, errors), or None if it failed. `hold`: see
+    _time_in_child (what is stopped while the child times)."""
+    return _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune},
+                          hold)
+
+
+def cached_baselines(db: Database, problem: Problem, device_name: str) -> Optional[Baseline]:
+    """The stored baselines of `problem` on the GPU named `device_name` with this torch and triton."""
+    import torch
+
+    return _cached(db, problem, device_name, torch.__version__, _version("triton"))
+
+
+def store_baselines(db: Database, problem: Problem, device_name: str, sent: dict) -> None:
+    """Keep what time_baselines measured (another process storing the same row first wins)."""
+    import torch
+
+    settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
+    try:
+        with db.session() as s:
+            s.add(Baseline(problem=problem.name, problem_hash=problem.source_hash, size=problem.size,
+                           device=device_name, torch_version=torch.__version__, triton_version=_version("triton"),
+                           eager_ms=sent.get("eager_ms"), compile_ms=sent.get("compile_ms"),
+                           compile_max_autotune_ms=sent.get("compile_max_autotune_ms"), settings=settings))
+    except IntegrityError:  # another process stored the same baseline first: use theirs
+        pass
+
+
 def get_baselines(db: Database, problem: Problem, device: str, max_autotune: bool = True,
+                  hold: Optional[Callable[[], AbstractContextManager]] = None,
                   ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
     name), from the DB or measured now and stored; None on the CPU (no times are claimed there).
-    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached."""
+    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached; `hold`:
+    see _time_in_child."""
     device_name = _device_key(device)
     if device_name is None:
         return None
-    import torch
-
-    torch_version, triton_version = torch.__version__, _version("triton")
-    row = _cached(db, problem, device_name, torch_version, triton_version)
+    row = cached_baselines(db, problem, device_name)
     if row is None:
-        sent = _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune})
+        sent = time_baselines(problem, max_autotune, hold)
         if sent is None:
             return None
-        settings = dict(sent.get("settings") or {}, errors=sent.get("errors") or {})
-        try:
-            with db.session() as s:
-                s.add(Baseline(problem=problem.name, problem_hash=problem.source_hash, size=problem.size,
-                               device=device_name, torch_version=torch_version, triton_version=triton_version,
-                               eager_ms=sent.get("eager_ms"), compile_ms=sent.get("compile_ms"),
-                               compile_max_autotune_ms=sent.get("compile_max_autotune_ms"), settings=settings))
-        except IntegrityError:  # another process stored the same baseline first: use theirs
-            pass
-        row = _cached(db, problem, device_name, torch_version, triton_version)
+        store_baselines(db, problem, device_name, sent)
+        row = cached_baselines(db, problem, device_name)
         if row is None:
             return sent.get("eager_ms"), sent.get("compile_ms"), sent.get("compile_max_autotune_ms")
     return row.eager_ms, row.compile_ms, row.compile_max_autotune_ms

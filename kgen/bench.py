@@ -13,14 +13,14 @@ of its own (so no count inherits another's candidates or compiled kernels), and 
 compares their evaluation rates.
 
 The default budget (five problems, 2 rounds of 2 Triton candidates, eager and torch.compile
-baselines; max-autotune on request) is sized to end in under 300 s on an H100 with a fresh DB, from
-the figures in benchmarks/RESULTS.md: a Triton candidate's GPU stage takes 4.9-5.6 s, so the four
-candidates of a problem keep the GPU ~22 s (six took ~32 s); the best kernel of every problem is a
-starter, and each problem's first round holds its two best; fresh baselines, timed before any
-candidate, are eager (about a second of timed runs) and torch.compile (one compile), without
-max-autotune's minutes of autotuning; and the cluster starts once, not once per problem.
-The JSON's `elapsed_s` (per problem, since the bench began) and `startup_s` (a search's start to its
-first candidate on a GPU: baselines and evaluator start) show where the time went.
+baselines; max-autotune on request) took 411 s on an H100 with a fresh DB when issue 26 measured it
+(each problem paid 24-28 s before its first candidate reached the GPU). Since then the cluster starts
+once for the whole bench, each search's evaluators start their sandboxes while its baselines compile
+(stopped while they are timed), and max-autotune is off unless asked for; benchmarks/RESULTS.md holds
+the figure once measured. The JSON's `elapsed_s` (per problem, since the bench began), `startup_s` (a
+search's start to its first candidate on a GPU) and `startup` (Ray start, evaluators up, baselines,
+first result, and the judge's phases summed: kgen.search.Search.startup), and bench.md's table of where
+the seconds went, show where the time goes.
 """
 
 from __future__ import annotations
@@ -87,6 +87,8 @@ class ThroughputRow:
     startup_s: Optional[float] = None  # the run's start to its first candidate on a GPU (baselines, evaluator start)
     eval_span_s: Optional[float] = None  # the first candidate's GPU stage start to the last one's end
     elapsed_s: Optional[float] = None  # since the bench began, when this problem's search ended
+    # where the search's seconds went (kgen.search.Search.startup): its own start, and the judge's phases summed
+    startup: Optional[dict] = None
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -179,7 +181,8 @@ def throughput_row(db: Database, run_id: int, elapsed_s: Optional[float] = None)
                          compile_s_median=statistics.median(compile_times) if compile_times else None,
                          timing_share=timing_share, gpus=gpu_devices,
                          gpu_eval_s_median=statistics.median(gpu_evals) if gpu_evals else None,
-                         startup_s=startup, eval_span_s=span, elapsed_s=elapsed_s)
+                         startup_s=startup, eval_span_s=span, elapsed_s=elapsed_s,
+                         startup=(run.settings or {}).get("startup"))
 
 
 @dataclass
@@ -210,6 +213,39 @@ def scaling_rows(passes: dict[int, list[ThroughputRow]]) -> list[ScalingRow]:
     for row in rows:
         row.vs_first = _ratio(row.per_hour, rows[0].per_hour) if rows else None
     return rows
+
+
+# The breakdown's columns: the search's own start (from its start, s), then the judge's phases summed over
+# its evaluations (kgen.judge: the reference, compile step, runner start, calibration, ablation, candidate
+# import and verification, timing, and the kernel audit's profile).
+STARTUP_COLUMNS = (("ray start", "ray_start_s"), ("evaluators up", "evaluators_s"), ("baselines", "baselines_s"),
+                   ("first on GPU", "first_on_gpu_s"), ("first result", "first_result_s"))
+JUDGE_COLUMNS = (("reference", "reference_s"), ("compile", "compile_s"), ("runner start", "runner_start_s"),
+                 ("calibration", "calibration_s"), ("ablation", "ablation_s"), ("verify", ("import_s", "verify_s")),
+                 ("timing", "timing_s"), ("audit", "profile_s"))
+
+
+def breakdown(t: ThroughputRow) -> dict[str, Optional[float]]:
+    """Where one problem's seconds went, by column name (None: not recorded)."""
+    startup = t.startup or {}
+    judge = startup.get("judge_s") or {}
+    row: dict[str, Optional[float]] = {name: startup.get(key) for name, key in STARTUP_COLUMNS}
+    for name, keys in JUDGE_COLUMNS:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        found = [judge[k] for k in keys if isinstance(judge.get(k), (int, float))]
+        row[name] = sum(found) if found else None
+    row["wall"] = t.wall_s
+    return row
+
+
+def breakdown_header() -> str:
+    names = [*(n for n, _ in STARTUP_COLUMNS), *(n for n, _ in JUDGE_COLUMNS), "wall"]
+    return ("where the seconds went (s; the first five from the search's start, the judge's phases summed over its "
+            "evaluations)\n\n| problem | " + " | ".join(names) + " |\n|" + " --- |" * (len(names) + 1))
+
+
+def breakdown_line(t: ThroughputRow) -> str:
+    return f"| {t.problem} | " + " | ".join(_f(v, "{:.1f}") for v in breakdown(t).values()) + " |"
 
 
 def _f(v: Optional[float], fmt: str = "{:.3f}") -> str:
@@ -249,7 +285,7 @@ def scaling_line(s: ScalingRow) -> str:
 def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
              scaling: Sequence[ScalingRow] = ()) -> str:
     lines = [header, "", QUALITY_HEADER, *map(quality_line, quality), "", THROUGHPUT_HEADER,
-             *map(throughput_line, throughput)]
+             *map(throughput_line, throughput), "", breakdown_header(), *map(breakdown_line, throughput)]
     if scaling:
         lines += ["", SCALING_HEADER, *map(scaling_line, scaling)]
     return "\n".join(lines) + "\n"
@@ -298,7 +334,8 @@ def problem_summary(t: ThroughputRow) -> str:
         parts.append(f"{t.evaluated_per_min * 60 / t.gpus:.0f} per GPU-hour, GPU busy {t.gpu_busy_share:.0%}")
     if t.elapsed_s is not None:
         parts.append(f"{t.elapsed_s:.0f} s since the bench began")
-    return f"  {t.problem} (run {t.run_id}): " + "; ".join(parts)
+    seconds = ", ".join(f"{name} {v:.1f}" for name, v in breakdown(t).items() if v is not None and name != "wall")
+    return f"  {t.problem} (run {t.run_id}): " + "; ".join(parts) + (f"\n    seconds: {seconds}" if seconds else "")
 
 
 def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, out_dir: Path, db: str | None,
@@ -337,7 +374,9 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
                 for name, folder in PASS_CACHES.items():
                     os.environ[name] = str((out_dir / f"{folder}-{gpus}gpu").absolute())
             try:
+                connecting = time.monotonic()
                 cluster = ray_cluster.connect(ray_address, num_gpus=gpus)
+                ray_start_s = round(time.monotonic() - connecting, 3)  # once per pass, before its first search
                 for problem in problems:
                     config = SearchConfig(problem=problem, rounds=rounds, candidates=candidates, proposer="offline",
                                           language=language, seed=seed, timeout_s=timeout_s,
@@ -346,6 +385,9 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
                     summary = run_search(database, config, progress=make_progress(quiet), cluster=cluster)
                     quality.append(quality_row(database, summary.run_id))
                     throughput.append(throughput_row(database, summary.run_id, time.monotonic() - started))
+                    if ray_start_s is not None:  # the first search of the pass waited for the cluster
+                        throughput[-1].startup = dict(throughput[-1].startup or {}, ray_start_s=ray_start_s)
+                        ray_start_s = None
                     passes.setdefault(gpus, []).append(throughput[-1])
                     write_report(out_dir, quality, throughput, header, complete=False)
                     on_problem(quality[-1], throughput[-1])

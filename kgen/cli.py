@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
+from dataclasses import dataclass
 from typing import Optional
 
 import typer
@@ -28,6 +30,12 @@ class KgenCommand(TyperCommand):
     """Help as kgen writes it: arguments and options named by what they hold (`--rounds R`), never
     by their type, and each default said once, as `[default: ...]` (`show_default` holds the words
     for a default that depends on the machine)."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The summary `kgen --help` lists: the docstring's first paragraph in full, never cut with "..."
+        (click cuts it to the terminal's width; the help formatter wraps it instead)."""
+        text = self.short_help or (self.help or "").split("\n\n")[0]
+        return " ".join(text.split())
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         return [self.options_metavar, *(_value_name(p) for p in self.get_params(ctx)
@@ -180,10 +188,14 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     a line per size in aligned columns, the shapes wrapped to the width."""
     import textwrap
 
-    if width is None:
-        return ["  ".join([f.name, f.size, f.dtype, _shapes_text(f), f"FLOPs {fmt.si(f.flops)}",
-                           f"bytes {fmt.si(f.bytes_moved, 'B')}", f"floor {_floor_text(f)}"]
-                          + ([f"{f.sized_by}: {', '.join(f.changes)}"] if f.changes else [])) for f in figures]
+    if width is None:  # piped: one aligned table with a header, a row per problem and size, nothing cut
+        columns = [fmt.Column("problem"), fmt.Column("size"), fmt.Column("dtype"), fmt.Column("inputs → outputs"),
+                   fmt.Column("FLOPs", numeric=True), fmt.Column("bytes", numeric=True), fmt.Column("floor"),
+                   fmt.Column("sized by")]
+        rows = [[f.name, f.size, f.dtype, _shapes_text(f), fmt.si(f.flops), fmt.si(f.bytes_moved, "B"),
+                 _floor_text(f), f"{f.sized_by}: {', '.join(f.changes)}" if f.changes else fmt.MISSING]
+                for f in figures]
+        return fmt.plain_table(columns, rows).splitlines() if rows else []
     cells = [(f.size, f.dtype, fmt.si(f.flops), fmt.si(f.bytes_moved, "B"), _floor_text(f)) for f in figures]
     header = ("size", "dtype", "FLOPs", "bytes", "floor")
     widths = [max(len(row[i]) for row in [*cells, header]) for i in range(len(header))]
@@ -208,6 +220,39 @@ def _problems_lines(figures: list, width: int | None) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class NamedProblem:
+    """A problem as a static reject names it: found, never loaded (loading imports torch)."""
+
+    name: str
+    size: str
+
+
+def _problem_file_exists(problem: str) -> bool:
+    """Whether `problem` names a bundled problem or a file, as kgen.problems.resolve_problem_path finds
+    them (which says what is wrong when it does not), without importing torch."""
+    from pathlib import Path
+
+    from kgen.resources import problems_dir
+
+    if problem.endswith(".py") or os.sep in problem or "/" in problem:
+        return Path(problem).expanduser().is_file()
+    return (problems_dir() / f"{problem}.py").is_file()
+
+
+def process_age_s() -> Optional[float]:
+    """Seconds since this process started (Linux: /proc): what kgen's own start and imports cost
+    before the evaluation began; None where it cannot tell."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return round(uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None, size: Optional[str] = None,
                   timeout_s: float = 300.0, rtol: Optional[float] = None, db: Optional[str] = None,
                   baselines: bool = True, sandbox: bool = True):
@@ -216,9 +261,8 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
-    from kgen.evaluate import evaluate_candidate
-    from kgen.problems import load_problem
     from kgen.records import EvalSettings
+    from kgen.static_checks import check_source
 
     path = Path(candidate)
     if not path.is_file():
@@ -229,6 +273,20 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
         raise KgenError(f"cannot read candidate file {candidate}: {e}") from e
     if rtol is not None and not 0 < rtol < 1:
         raise KgenError("--rtol must be between 0 and 1")
+    startup_s, started = process_age_s(), time.monotonic()
+    verdict = check_source(source)
+    if verdict.rejection is not None and _problem_file_exists(problem):
+        # rejected without running: nothing is started or loaded (not even torch), so it takes a moment
+        from kgen.records import EvalResult, Outcome
+
+        result = EvalResult(outcome=Outcome.STATIC_REJECT.value, message=verdict.rejection, device=device or "-",
+                            size=size or "-", language=verdict.language if verdict.language != "unknown" else None,
+                            eval_s=time.monotonic() - started)
+        result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
+        return NamedProblem(Path(problem).stem, size or "-"), result
+    from kgen.evaluate import evaluate_one
+    from kgen.problems import load_problem
+
     if device is None:
         import torch
 
@@ -241,19 +299,40 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
 
     check_sandbox(SandboxMode(settings.sandbox))
     if baselines and device != "cpu":
-        from kgen.baselines import get_baselines
-        from kgen.db import open_db
+        from kgen.db import db_url, mask_url
 
-        database = open_db(db)
-        print(f"kgen: eager and torch.compile baselines: from {database.url}, or timed now (once) and kept there "
-              "(--no-baselines skips them)", file=sys.stderr)
-        try:
-            times = get_baselines(database, loaded, device)
-        finally:
-            database.close()
-        if times is not None:
-            settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
-    return loaded, evaluate_candidate(loaded, source, settings)
+        print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
+              "there (--no-baselines skips them)", file=sys.stderr)
+    if device == "cpu" and size == "full":
+        from kgen.search import FULL_SIZE_ON_CPU_NOTE
+
+        print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
+    note = _cuda_without_gpu_note(source, device)
+    if note:
+        print(f"kgen: {note}", file=sys.stderr, flush=True)
+    load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
+    result = evaluate_one(loaded, source, settings, db=db, baselines=baselines)
+    result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
+    return loaded, result
+
+
+def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:
+    """What `kgen eval` waits for with a CUDA C++ candidate and no GPU, said before the wait. The build
+    is kept rather than skipped although the verdict can only be not_run: it is the one check this
+    machine can make (a compile error shows here, not first on the GPU machine), and the built
+    extension is cached for the next evaluation of the same source."""
+    if device != "cpu":
+        return None
+    from kgen.evaluate import detect_language
+    from kgen.harness.cuda_build import nvcc_path
+
+    if detect_language(source) != "cuda":
+        return None
+    if nvcc_path() is None:
+        return "a CUDA C++ candidate, and no GPU or nvcc here: it cannot be compiled or run (outcome not_run)"
+    return ("a CUDA C++ candidate and no GPU here: compiling it with nvcc to catch compile errors (minutes on a "
+            "small machine; the build is cached); it will not be run, verified or timed here, so the outcome is "
+            "not_run unless it fails to compile")
 
 
 def eval_lines(problem, result) -> list[str]:
@@ -278,13 +357,20 @@ def eval_lines(problem, result) -> list[str]:
     return lines
 
 
+COLLECTION_FORMATS = ("table", "json", "csv", "markdown")
+
+
 @app.command(cls=KgenCommand, name="eval")
 def eval_cmd(
-    problem: str = typer.Argument(..., metavar="PROBLEM", help="A bundled problem name or a KernelBench-format file."),
-    candidate: str = typer.Argument(..., metavar="CANDIDATE.py",
-                                    help="The candidate: a Python file defining ModelNew."),
+    problem: Optional[str] = typer.Argument(None, metavar="PROBLEM|COLLECTION",
+                                            help="A bundled problem name or a KernelBench-format file; alone, a "
+                                                 "collection: a folder (KernelBench generations, or NAME.py + "
+                                                 "NAME_ref.py pairs) or a .jsonl file."),
+    candidate: Optional[str] = typer.Argument(None, metavar="[CANDIDATE.py]",
+                                              help="The candidate: a Python file defining ModelNew."),
     json_out: bool = typer.Option(False, "--json", help="Print the evaluation as one JSON object."),
-    check: bool = typer.Option(False, "--check", help="Exit 1 unless the candidate is correct (for CI gates)."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 unless the candidate is correct (for CI gates; a "
+                                                      "collection: unless every entry is)."),
     device: Optional[str] = typer.Option(None, "--device", metavar="cuda|cpu", callback=_choice("cuda", "cpu"),
                                          show_default="cuda with a GPU, else cpu", help="Where to run it."),
     size: Optional[str] = typer.Option(None, "--size", metavar="full|small", callback=_choice(*SIZES),
@@ -298,27 +384,91 @@ def eval_cmd(
                                         "and print the speedups."),
     db: Optional[str] = DbOption,
     no_sandbox: bool = NoSandboxOption,
+    kernelbench: Optional[str] = typer.Option(None, "--kernelbench", metavar="DIR",
+                                              help="A KernelBench checkout: where a collection's level/problem "
+                                                   "references are found."),
+    form: str = typer.Option("table", "--format", metavar="|".join(COLLECTION_FORMATS),
+                             callback=_choice(*COLLECTION_FORMATS), help="A collection's summary format."),
+    resume: Optional[int] = typer.Option(None, "--resume", metavar="RUN_ID",
+                                         help="Continue an unfinished collection run (or print a finished one's "
+                                              "summary)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", show_default="start a local one",
+                                              help="A collection: join this Ray cluster (as kgen search does)."),
 ) -> None:
-    """Evaluate one candidate file with the search's harness.
+    """Evaluate one candidate file, or a whole collection, with the search's harness.
 
     Static checks, compile, verify against the reference and, on a GPU, time it. Exit 0 once the
     candidate is evaluated, whatever its outcome (with --check: 0 only when it is correct, else 1);
-    2 for bad input.
+    2 for bad input. With one argument, a collection: every entry evaluated on Ray as one run, then a
+    summary (outcomes, KernelBench's fast_p, claimed vs measured speedups).
     """
     import json
 
+    if candidate is None:
+        return _eval_collection(problem, kernelbench=kernelbench, form="json" if json_out else form, check=check,
+                                size=size, timeout=timeout, db=db, sandbox=not no_sandbox, resume=resume,
+                                ray_address=ray_address, single_only={"--device": device, "--rtol": rtol,
+                                                                      "--no-baselines": not baselines or None})
+    if resume is not None or kernelbench is not None or ray_address is not None:
+        raise KgenError("--resume, --kernelbench and --ray-address are for a collection (kgen eval COLLECTION)")
     loaded, result = evaluate_file(problem, candidate, device=device, size=size, timeout_s=timeout, rtol=rtol,
                                    db=db, baselines=baselines, sandbox=not no_sandbox)
     if json_out:
         print(json.dumps(result.to_dict(), default=str))
     else:
         style = {"correct": "bold green", "suspicious": "bold yellow"}.get(result.outcome, "bold red")
-        console.print(f"[{style}]{verdict_label(result.outcome, result.device)}[/] {loaded.name} "
-                      f"({loaded.size}) on {result.device}: {result.language or 'unknown language'}", highlight=False,
-                      soft_wrap=True)
+        where = f"({loaded.size}) on {result.device}" if result.device != "-" else "(static checks only: nothing ran)"
+        console.print(f"[{style}]{verdict_label(result.outcome, result.device)}[/] {loaded.name} {where}: "
+                      f"{result.language or 'unknown language'}", highlight=False, soft_wrap=True)
         for line in eval_lines(loaded, result):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     if check and result.outcome != "correct":
+        raise typer.Exit(1)
+
+
+def _eval_collection(collection: Optional[str], *, kernelbench, form, check, size, timeout, db, sandbox, resume,
+                     ray_address, single_only: dict) -> None:
+    """`kgen eval COLLECTION` (kgen.collection): progress on stderr, the summary on stdout."""
+    import signal
+    from pathlib import Path
+
+    given = [name for name, value in single_only.items() if value is not None]
+    if given:
+        raise KgenError(f"{', '.join(given)}: for one candidate (kgen eval PROBLEM CANDIDATE.py), not a collection")
+    if collection is None and resume is None:
+        raise KgenError("give PROBLEM CANDIDATE.py, a collection (a folder or a .jsonl file), or --resume RUN_ID")
+    if collection is not None and resume is not None:
+        raise KgenError("--resume continues a stored run: give no collection with it")
+    if collection is not None and not (Path(collection).is_dir() or collection.endswith(".jsonl")):
+        raise KgenError(f"'{collection}' is not a collection (a folder or a .jsonl file); to evaluate one "
+                        "candidate: kgen eval PROBLEM CANDIDATE.py")
+    from kgen.collection import CollectionConfig, entry_results, run_collection
+    from kgen.collection_summary import render, summarize
+    from kgen.search import STOP_REQUESTED, request_stop
+
+    config = None if collection is None else CollectionConfig(
+        collection=str(Path(collection).absolute()), size=size, timeout_s=timeout,
+        sandbox="bwrap" if sandbox else "none", kernelbench=str(Path(kernelbench).absolute()) if kernelbench else None)
+    STOP_REQUESTED.clear()
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        run_id = run_collection(db, config, resume_run_id=resume, ray_address=ray_address)
+    except KeyboardInterrupt:
+        print("kgen: interrupted", file=sys.stderr)
+        sys.exit(130)
+    from kgen.db import open_db
+
+    database = open_db(db, read_only=True)
+    try:
+        results, timed = entry_results(database, run_id)
+    finally:
+        database.close()
+    summary = summarize(results, timed=timed)
+    if form == "table":
+        print(f"collection run {run_id} ({database.url})")
+    sys.stdout.write(render(summary, results, form))
+    if check and any(r.outcome != "correct" for r in results):
         raise typer.Exit(1)
 
 
@@ -463,6 +613,7 @@ def leaderboard_cmd(
 
     database = open_db(db, read_only=True)
     try:
+        lb.check_problem(database, problem)
         rows = lb.leaderboard(database, problem=problem, device=device, include_all=include_all)
         rows = ledger.sort_board(database, rows, sort, ledger.flag_prices(price_in, price_out))
     finally:
@@ -532,6 +683,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
     try:
         from kgen.ledger import flag_prices
 
+        lb.check_problem(database, problem)
         rows = lb.run_rows(database, problem=problem, prices=flag_prices(price_in, price_out))
     finally:
         database.close()
@@ -562,9 +714,12 @@ def export_cmd(
     """Write a candidate as a module that needs no kgen (on a GPU, once the judge finds it still correct there)."""
     from kgen.db import open_db
     from kgen.export import export_candidate
+    from kgen.leaderboard import check_problem
 
     database = open_db(db, read_only=True)
     try:
+        if not target.isdigit():
+            check_problem(database, target)
         written = export_candidate(database, target, out, with_test=with_test, verify=not no_verify, aot=aot,
                                    sandbox="none" if no_sandbox else "bwrap")
     finally:
@@ -586,6 +741,9 @@ def report_cmd(
 
     database = open_db(db, read_only=True)
     try:
+        from kgen.leaderboard import check_problem
+
+        check_problem(database, problem)
         path = write_report(database, out, problem=problem, run_id=run)
     finally:
         database.close()
@@ -618,8 +776,7 @@ def bench_cmd(
     seed: int = typer.Option(0, "--seed", metavar="S", help="The offline proposer's seed."),
     language: str = typer.Option("triton", "--language", metavar="|".join(LANGUAGE_CHOICES),
                                  callback=_choice(*LANGUAGE_CHOICES),
-                                 help="The kernel language (triton keeps the default budget under 300 s on an H100 "
-                                      "for the five problems on a fresh DB; CUDA builds take seconds to minutes)."),
+                                 help="The kernel language (CUDA candidates' builds take seconds to minutes each)."),
     max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune') "
                                       "(minutes per problem on a fresh DB; the DB keeps it)."),
     gpus: Optional[list[int]] = typer.Option(None, "--gpus", metavar="N", show_default="every GPU, one pass",
@@ -679,6 +836,25 @@ def expand_list_options(argv: list[str]) -> list[str]:
     return out
 
 
+def _bad_number_message(e: Exception) -> Optional[str]:
+    """A value that is not a number, in kgen's words ("ID must be a whole number (got 'abc')"), rather
+    than the validation library's that typer passes on; None for any other usage error."""
+    param, errors = getattr(e, "param", None), getattr(e.__cause__, "errors", None)
+    if param is None or not callable(errors):
+        return None
+    try:
+        first = errors()[0]
+    except (IndexError, TypeError, ValueError):
+        return None
+    what = {"int_parsing": "a whole number", "int_from_float": "a whole number",
+            "float_parsing": "a number"}.get(first.get("type"))
+    if what is None:
+        return None
+    name = param.opts[0] if param.param_type_name == "option" else _value_name(param)
+    hint = " (kgen leaderboard lists candidate ids)" if name == "ID" else ""
+    return f"{name} must be {what}, not '{first.get('input')}'{hint}"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     argv = expand_list_options(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -705,7 +881,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's (typer's) usage errors
             if os.environ.get("KGEN_DEBUG"):
                 traceback.print_exc()
-            print(f"kgen: error: {e.format_message()}", file=sys.stderr)
+            print(f"kgen: error: {_bad_number_message(e) or e.format_message()}", file=sys.stderr)
             sys.exit(2)
         if os.environ.get("KGEN_DEBUG"):
             raise

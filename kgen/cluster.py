@@ -13,7 +13,12 @@ Evaluators (one candidate at a time each) go, in order of preference, to:
   on machines without any (tests, rehearsals; candidates then run in Triton's interpreter);
 - otherwise one evaluator per GPU (`num_gpus=1`, so Ray gives each its own CUDA_VISIBLE_DEVICES);
 - otherwise, with no GPU anywhere, CPU evaluators under Triton's interpreter.
-Compile tasks take one CPU each, anywhere in the cluster.
+Each evaluator takes a CPU of its node (a share of one where the node has fewer); the CPUs left on each
+node are the compile tasks' (one CPU each). The plan is made from each node's own resources and
+reserved whole before any work starts (a placement group, each bundle pinned to its node), so no
+evaluator can take the CPUs every compile task waits for (two half-CPU evaluators that Ray put on two
+one-CPU nodes used to leave no whole CPU anywhere, and the search waited forever). A cluster that cannot
+hold the plan stops the search in PLACEMENT_WAIT_S with one line saying what each node lacks.
 """
 
 from __future__ import annotations
@@ -35,13 +40,32 @@ from kgen.errors import KgenError
 EVALUATOR_RESOURCE = "kgen_gpu"
 
 
+# A search whose work the cluster cannot place stops after this, saying what is missing (tests shorten it).
+PLACEMENT_WAIT_S = float(os.environ.get("KGEN_PLACEMENT_WAIT_S", "60"))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Resources kgen reserves on one Ray node: one evaluator's, or the CPUs its compile tasks share there."""
+
+    node_id: str
+    resources: dict
+    node: str = ""  # for people: the node's id (short) and address
+
+
 @dataclass(frozen=True)
 class Placement:
-    """How many evaluators a cluster gets, and the Ray actor options that place each one."""
+    """How many evaluators a cluster gets, and the Ray actor options that place each one. Where
+    `evaluators` is given, each evaluator has a slot on a node of its own choosing and the compile tasks
+    share `compiles` (each taking `compile_cpus`), all reserved together (see reserve), so the work can
+    always go on: no evaluator can take the CPUs the compile tasks wait for."""
 
     count: int
     actor_options: dict = field(default_factory=dict)
     described: str = ""  # for people: "1 per GPU", "1 per kgen_gpu", "CPUs (no GPU)"
+    evaluators: tuple[Slot, ...] = ()
+    compiles: tuple[Slot, ...] = ()
+    compile_cpus: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -54,24 +78,157 @@ class Cluster:
     placement: Placement
 
 
+def _node_name(node: dict) -> str:
+    return f"{str(node.get('NodeID', '?'))[:8]} ({node.get('NodeManagerAddress', '?')})"
+
+
+def _bundle(cpus: float, extra: dict) -> dict:
+    return {**({"CPU": round(cpus, 4)} if cpus > 0 else {}), **extra}
+
+
 def evaluator_placement(nodes: list[dict]) -> Placement:
-    """Where evaluators go on a cluster whose nodes are `nodes` (as `ray.nodes()` lists them)."""
-    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
-    gpus = [int(r.get("GPU", 0)) for r in alive]
-    stand_ins = [int(r.get(EVALUATOR_RESOURCE, 0)) for r in alive]
-    if any(stand_ins):
-        if any(gpus):  # a real GPU each as well, on the nodes that have both
-            count = sum(min(s, g) for s, g in zip(stand_ins, gpus))
-            return Placement(count, dict(num_cpus=1, num_gpus=1, resources={EVALUATOR_RESOURCE: 1}),
-                             f"1 per {EVALUATOR_RESOURCE} with a GPU")
-        return Placement(sum(stand_ins), dict(num_cpus=1, resources={EVALUATOR_RESOURCE: 1}),
-                         f"1 per {EVALUATOR_RESOURCE} (no GPU: Triton's interpreter)")
-    if any(gpus):
-        return Placement(sum(gpus), dict(num_cpus=1, num_gpus=1), "1 per GPU")
-    cpus = sum(int(r.get("CPU", 0)) for r in alive)
-    if cpus == 2:  # two evaluators on half a CPU each (the interpreter leaves gaps), one CPU for compile tasks
-        return Placement(2, dict(num_cpus=0.5), "CPUs (no GPU: Triton's interpreter)")
-    return Placement(max(1, cpus - 1), dict(num_cpus=1), "CPUs (no GPU: Triton's interpreter)")
+    """Where evaluators and compile tasks go on a cluster whose nodes are `nodes` (as `ray.nodes()`
+    lists them), from each node's own resources: evaluators one per kgen_gpu, else per GPU, else on
+    CPUs; each takes a CPU (a share of one where its node has fewer CPUs than evaluators), and the CPUs
+    left on each node are the compile tasks'. At least one compile task always fits somewhere: where no
+    node has a whole CPU left, the node with the most CPUs shares them between its evaluators and the
+    compile tasks. A cluster without a CPU anywhere is a KgenError that names its nodes."""
+    alive = [n for n in nodes if n.get("Alive", True)]
+    resources = [n.get("Resources", {}) for n in alive]
+    cpus = [float(r.get("CPU", 0)) for r in resources]
+    if not alive or sum(cpus) <= 0:
+        listed = ", ".join(f"node {_node_name(n)} with 0 CPUs" for n in alive) or "no live node"
+        raise KgenError(f"the Ray cluster has no CPU for kgen's compile tasks and evaluators ({listed}); "
+                        "start its nodes with CPUs (`ray start --num-cpus N`)")
+    gpus = [int(r.get("GPU", 0)) for r in resources]
+    stand_ins = [int(r.get(EVALUATOR_RESOURCE, 0)) for r in resources]
+    if any(stand_ins) and any(gpus):  # a real GPU each as well, on the nodes that have both
+        per_node, extra = [min(s, g) for s, g in zip(stand_ins, gpus)], {"GPU": 1, EVALUATOR_RESOURCE: 1}
+        described = f"1 per {EVALUATOR_RESOURCE} with a GPU"
+    elif any(stand_ins):
+        per_node, extra = stand_ins, {EVALUATOR_RESOURCE: 1}
+        described = f"1 per {EVALUATOR_RESOURCE} (no GPU: Triton's interpreter)"
+    elif any(gpus):
+        per_node, extra, described = gpus, {"GPU": 1}, "1 per GPU"
+    else:
+        return _cpu_placement(alive, cpus)
+    shares = [min(1.0, c / k) if k else 0.0 for c, k in zip(cpus, per_node)]
+    left = [c - k * e for c, k, e in zip(cpus, per_node, shares)]
+    if max(left) < 1:  # no whole CPU left anywhere: the biggest node shares its CPUs with the compile tasks
+        j = max(range(len(alive)), key=lambda i: cpus[i])
+        if per_node[j]:
+            shares[j] = cpus[j] / (per_node[j] + 1)
+        left[j] = cpus[j] - per_node[j] * shares[j]
+    evaluators = tuple(Slot(n["NodeID"], _bundle(e, extra), _node_name(n))
+                       for n, k, e in zip(alive, per_node, shares) for _ in range(k))
+    return _placement(alive, evaluators, left, described)
+
+
+def _cpu_placement(alive: list[dict], cpus: list[float]) -> Placement:
+    """No GPU anywhere: CPU evaluators under Triton's interpreter. One CPU is kept for compile tasks on
+    the node with the most; the others each take an evaluator (two on half a CPU each where the cluster
+    has two CPUs in all: the interpreter leaves gaps; one sharing a lone CPU with the compile tasks)."""
+    total = sum(cpus)
+    biggest = max(range(len(alive)), key=lambda i: cpus[i])
+    if total < 2:
+        share, count = total / 2, 1
+        room = [0.0] * len(alive)
+        room[biggest] = share
+    else:
+        share, count = (0.5, 2) if total < 3 else (1.0, int(total) - 1)
+        room = [c - (1.0 if i == biggest else 0.0) for i, c in enumerate(cpus)]
+    used = [0.0] * len(alive)
+    placed: list[int] = []
+    for _ in range(count):
+        i = max(range(len(alive)), key=lambda i: room[i] - used[i])
+        if room[i] - used[i] < share - 1e-9:
+            break
+        used[i] += share
+        placed.append(i)
+    evaluators = tuple(Slot(alive[i]["NodeID"], _bundle(share, {}), _node_name(alive[i])) for i in sorted(placed))
+    return _placement(alive, evaluators, [c - u for c, u in zip(cpus, used)], "CPUs (no GPU: Triton's interpreter)")
+
+
+def _placement(alive: list[dict], evaluators: tuple[Slot, ...], left: list[float], described: str) -> Placement:
+    compiles = tuple(Slot(n["NodeID"], {"CPU": round(c, 4)}, _node_name(n)) for n, c in zip(alive, left) if c > 1e-9)
+    first = evaluators[0].resources
+    options = {"num_cpus": first.get("CPU", 0)}
+    if "GPU" in first:
+        options["num_gpus"] = 1
+    if EVALUATOR_RESOURCE in first:
+        options["resources"] = {EVALUATOR_RESOURCE: 1}
+    return Placement(len(evaluators), options, described, evaluators, compiles,
+                     compile_cpus=min(1.0, max(c.resources["CPU"] for c in compiles)))
+
+
+class Reservation:
+    """A placement's slots reserved on the cluster (one Ray placement group, each slot a bundle pinned
+    to its node): evaluators go into theirs, compile tasks into any compile slot with room."""
+
+    def __init__(self, placement: Placement, wait_s: float = PLACEMENT_WAIT_S):
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        self.placement = placement
+        slots = [*placement.evaluators, *placement.compiles]
+        self.group = placement_group([dict(s.resources) for s in slots], strategy="PACK",
+                                     bundle_label_selector=[{"ray.io/node-id": s.node_id} for s in slots])
+        if not self.group.wait(wait_s):
+            missing = _missing(slots)
+            remove_placement_group(self.group)
+            raise KgenError(f"the Ray cluster could not give kgen its evaluators and compile slot within "
+                            f"{wait_s:.0f} s: {missing} (other work holds them, or a node left; `ray status` "
+                            "shows the cluster's resources)")
+        self._ray = ray
+
+    def _strategy(self, index: int):
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+
+    def actor_options(self, index: int) -> dict:
+        """Evaluator `index`'s Ray options: its slot's resources, in its bundle."""
+        resources = dict(self.placement.evaluators[index].resources)
+        options: dict = {"num_cpus": resources.pop("CPU", 0), "scheduling_strategy": self._strategy(index)}
+        if resources.pop("GPU", 0):
+            options["num_gpus"] = 1
+        if resources:
+            options["resources"] = resources
+        return options
+
+    def compile_options(self) -> dict:
+        """A compile task's Ray options: its CPUs, in whichever compile slot has them free."""
+        return {"num_cpus": self.placement.compile_cpus, "scheduling_strategy": self._strategy(-1)}
+
+    def release(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        with contextlib.suppress(Exception):  # the cluster may be gone already
+            remove_placement_group(self.group)
+
+
+def _missing(slots: list[Slot]) -> str:
+    """What each node lacks of what the slots ask of it, as Ray reports its free resources now."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        free = available_resources_per_node()
+    except Exception:  # noqa: BLE001 - a Ray without this call: say what was asked instead
+        free = None
+    wanted: dict[str, dict[str, float]] = {}
+    names: dict[str, str] = {}
+    for slot in slots:
+        names[slot.node_id] = slot.node
+        for name, amount in slot.resources.items():
+            wanted.setdefault(slot.node_id, {})[name] = wanted.get(slot.node_id, {}).get(name, 0) + amount
+    parts = []
+    for node_id, asked in wanted.items():
+        have = (free or {}).get(node_id)
+        lacking = [f"{name} {amount:g} ({have.get(name, 0):g} free)" if have is not None else f"{name} {amount:g}"
+                   for name, amount in asked.items() if have is None or have.get(name, 0) + 1e-9 < amount]
+        if lacking:
+            parts.append(f"node {names[node_id]} lacks {', '.join(lacking)}")
+    return "; ".join(parts) or "every node has what was asked now (the cluster changed while kgen waited)"
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:

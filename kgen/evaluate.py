@@ -122,6 +122,67 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     return result
 
 
+def _processes(language: str, device: str) -> dict[str, int]:
+    """The sandboxed processes one evaluation takes, per kind (see Judge.run): on a GPU a compile step
+    and two runners (the candidate's, and the reference runner that never sees candidate code); on the
+    CPU a runner for a Triton candidate, a compile step for a CUDA one (which is never run there)."""
+    if device != "cpu":
+        return {"compile": 1, "run": 2}
+    return {"compile": 1} if language == "cuda" else {"run": 1}
+
+
+def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: Optional[str] = None,
+                 baselines: bool = True) -> EvalResult:
+    """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
+    they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
+    sandboxes this one evaluation takes all start at once (with no spares beyond them), importing torch
+    while the baselines compile; they are stopped while the baselines are timed (eager and
+    torch.compile on a GPU, unless `baselines` is False: timed once per problem, device and versions,
+    then read from the results DB `db`), then the judge takes them. `details["breakdown"]` holds where
+    the seconds went: static_s, baselines_s, close_s (stopping the sandboxes left over), then the judge's
+    phases."""
+    started = time.monotonic()
+    verdict = check_source(source)
+    static_s = round(time.monotonic() - started, 3)
+    if verdict.rejection is not None:  # nothing else is checked or started, the device included
+        result = _base_result(problem, settings, verdict.language)
+        result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
+        result.eval_s = static_s
+        result.details["breakdown"] = {"static_s": static_s}
+        return result
+    from kgen.judge import SpareRunners, spare_key
+
+    device = _check_device(settings.device)
+    mode = sandbox_mode(settings)
+    check_sandbox(mode)
+    spares = SpareRunners(mode, depth=0)
+    breakdown: dict[str, Any] = {"static_s": static_s}
+    try:
+        spares.prestart(spare_key(device), _processes(verdict.language, device))
+        if baselines and device != "cpu":
+            from kgen.baselines import get_baselines
+            from kgen.db import open_db
+
+            mark = time.monotonic()
+            database = open_db(db)
+            try:
+                times = get_baselines(database, problem, device, max_autotune=False, hold=spares.paused)
+            finally:
+                database.close()
+            if times is not None:
+                settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
+            breakdown["baselines_s"] = round(time.monotonic() - mark, 3)
+        result = evaluate_candidate(problem, source, settings, spares)
+    finally:
+        closing = time.monotonic()
+        spares.close()
+    breakdown["close_s"] = round(time.monotonic() - closing, 3)  # the sandboxes left over, stopped
+    phases = result.details.get("phases")
+    breakdown.update(phases if isinstance(phases, dict) else {})
+    result.details["breakdown"] = breakdown
+    return result
+
+
 def _fill_from_judge(result: EvalResult, sent: dict[str, Any]) -> None:
     outcome = sent.get("outcome")
     result.outcome = outcome if outcome in OUTCOMES or outcome == NOT_RUN else Outcome.RUNTIME_ERROR.value

@@ -45,6 +45,7 @@ import datetime as dt
 import inspect
 import keyword
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -87,7 +88,11 @@ class Exported:
         if self.aot is not None:
             lines.append(f"carries {self.aot}")
         if self.test_path is not None:
-            lines.append(f"wrote {self.test_path}: pytest {self.test_path.name}")
+            python = fmt.python_program()
+            run = shlex.join([python, str(self.test_path)])
+            lines.append(f"wrote {self.test_path}: run it with {run} (pytest not needed; to use pytest: "
+                         f"{shlex.join([python, '-m', 'pip', 'install', 'pytest'])}, then "
+                         f"{shlex.join([python, '-m', 'pytest', str(self.test_path)])})")
         return lines + [f"note: {n}" for n in self.notes]
 
 
@@ -509,15 +514,23 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
 
 TEST_TEMPLATE = '''"""Checks {module}.py against the reference ({problem}) on fresh random inputs.
 
-Written by kgen export. With a GPU it runs at the problem's full size; without one, at its small
-size under Triton's interpreter (TRITON_INTERPRET=1; a CUDA C++ kernel is skipped there).
+Written by kgen export. Run it with `python {test_file}` (needs torch, and triton for a Triton
+kernel; no pytest), or with pytest. With a GPU it runs at the problem's full size; without one, at
+its small size under Triton's interpreter (TRITON_INTERPRET=1; a CUDA C++ kernel is skipped there).
 Tolerance: the one kgen verified the kernel at (rtol {rtol:g}, atol {atol:g}).
 """
 import os
+import re
 import sys
+import unittest
+import warnings
 
-import pytest
 import torch
+
+try:
+    import pytest
+except ImportError:  # `python {test_file}` needs no pytest
+    pytest = None
 
 GPU = torch.cuda.is_available()
 if not GPU:
@@ -569,10 +582,18 @@ def _outputs(y):
 
 def _skip_without_toolchain():
     if exported.LANGUAGE == "cuda" and not GPU:
-        pytest.skip("a CUDA C++ kernel needs a GPU")
+        if pytest is not None:
+            pytest.skip("a CUDA C++ kernel needs a GPU")
+        raise unittest.SkipTest("a CUDA C++ kernel needs a GPU")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+def _each_seed(test):
+    """One test per seed: pytest's parametrize where pytest runs it; `python {test_file}` loops over them."""
+    test.seeds = (0, 1, 2)
+    return pytest.mark.parametrize("seed", test.seeds)(test) if pytest is not None else test
+
+
+@_each_seed
 def test_matches_the_reference_on_fresh_random_inputs(seed):
     _skip_without_toolchain()
     model, inputs, init_inputs = _setup(seed)
@@ -595,9 +616,12 @@ def _falls_back(wrong, params, init_inputs, model, match):
     """The exported function on a call kgen did not verify: the reference's result, one warning."""
     with torch.no_grad():
         expected = _outputs(model(*wrong))
-    with pytest.warns(UserWarning, match=match) as caught:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         got = _outputs(exported.{function}(*wrong, *params, init_inputs=init_inputs))
-    assert len([w for w in caught if "running the reference" in str(w.message)]) == 1
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert any(re.search(match, text) for text in said), said
+    assert len([text for text in said if "running the reference" in text]) == 1
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=RTOL, atol=ATOL)
 
@@ -617,6 +641,25 @@ def test_runs_the_reference_on_a_non_contiguous_input():
     wrong = list(inputs)
     wrong[first] = inputs[first].transpose(-1, -2).contiguous().transpose(-1, -2)
     _falls_back(wrong, params, init_inputs, model, "contiguous")
+
+
+if __name__ == "__main__":  # `python {test_file}`: every test above, without pytest
+    failed = 0
+    tests = [(n, f) for n, f in list(globals().items()) if n.startswith("test_") and callable(f)]
+    for name, test, args in [(n, f, a) for n, f in tests for a in ([(s,) for s in f.seeds] if hasattr(f, "seeds")
+                                                                   else [()])]:
+        label = name + (f"[{{args[0]}}]" if args else "")
+        try:
+            test(*args)
+        except unittest.SkipTest as e:
+            print(f"skipped {{label}}: {{e}}")
+        except Exception as e:  # noqa: BLE001 - a failing test is reported, and the others still run
+            failed += 1
+            print(f"FAILED {{label}}: {{type(e).__name__}}: {{e}}")
+        else:
+            print(f"ok {{label}}")
+    print(f"{{failed}} test(s) FAILED" if failed else "all tests passed")
+    sys.exit(1 if failed else 0)
 '''
 
 
@@ -820,7 +863,8 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     if with_test:
         test_path = out_path.with_name(f"test_{out_path.stem}.py")
         test_path.write_text(TEST_TEMPLATE.format(
-            module=out_path.stem, problem=full.name, problem_ident=re.sub(r"\W", "_", full.name), function=function,
+            module=out_path.stem, test_file=test_path.name, problem=full.name,
+            problem_ident=re.sub(r"\W", "_", full.name), function=function,
             rtol=rtol, atol=atol, full=full.sized_source, small=small.sized_source))
     return Exported(module_path=out_path, test_path=test_path, candidate_id=cand.id, function=function,
                     language=language, device=ev.device, speedup_eager=ev.speedup_eager, notes=notes,

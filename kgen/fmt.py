@@ -104,10 +104,39 @@ def db_option(url: str) -> Optional[str]:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
+def program() -> str:
+    """How to call this kgen in a hint: `kgen` when that name finds this kgen on PATH, else the path it
+    was started by (`.venv/bin/kgen` before the venv is activated: a bare `kgen` would not be found).
+    Started as `python -m kgen`, kgen cannot tell how it was called, and says `kgen`."""
+    import os
+    import shutil
+    import sys
+
+    started_as = sys.argv[0] if sys.argv else ""
+    if Path(started_as).name != "kgen" or os.sep not in started_as:
+        return "kgen"
+    found = shutil.which("kgen")
+    if found and Path(found).resolve() == Path(started_as).resolve():
+        return "kgen"
+    return started_as
+
+
+def python_program() -> str:
+    """How to call the Python kgen runs in, in a hint: `python` when that name finds it on PATH (an
+    activated venv), else its path (a bare `python` would lack torch, or not exist)."""
+    import shutil
+    import sys
+
+    found = shutil.which("python")
+    if found and Path(found).parent.absolute() == Path(sys.executable).parent.absolute():
+        return "python"
+    return sys.executable
+
+
 def command(*words: object, db: Optional[str] = None) -> str:
     """A kgen command line a user can paste: words quoted for the shell, with `--db` when the results
-    DB is not the default one."""
-    line = ["kgen", *(str(w) for w in words)]
+    DB is not the default one, and kgen as it can be called here (see `program`)."""
+    line = [program(), *(str(w) for w in words)]
     if db is not None:
         line += ["--db", db]
     return shlex.join(line)
@@ -133,6 +162,22 @@ def visible_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], wi
         return list(range(len(columns)))
     return [i for i, c in enumerate(columns)
             if c.default and (c.key or any(row[i] != MISSING for row in rows))]
+
+
+def _holds_data(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [i for i, c in enumerate(columns) if c.key or any(row[i] != MISSING for row in rows)]
+
+
+def left_out_note(columns: Sequence[Column], rows: Sequence[Sequence[str]], shown: Sequence[int]) -> Optional[str]:
+    """One line naming the columns a view left out, so nothing goes missing unsaid: those that hold
+    data, then those empty in every row; None when every column is shown."""
+    hidden = [i for i in range(len(columns)) if i not in shown]
+    if not hidden:
+        return None
+    full = [columns[i].header for i in hidden if any(row[i] != MISSING for row in rows)]
+    empty = [columns[i].header for i in hidden if all(row[i] == MISSING for row in rows)]
+    parts = ([f"not shown: {', '.join(full)}"] if full else []) + ([f"empty here: {', '.join(empty)}"] if empty else [])
+    return "; ".join(parts) + " (--wide shows every column)"
 
 
 def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
@@ -166,21 +211,27 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width:
 
 def print_table(console, columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: Optional[str] = None,
                 wide: bool = False, styles: Optional[Sequence[Optional[str]]] = None) -> None:
-    """A table on `console` as aligned lines. In a pipe or a file every shown column is printed in
-    full, however wide. On a terminal the default view drops the columns that would not fit (and
-    says how to see them); `wide` shows every column, letting the terminal wrap."""
+    """A table on `console` as aligned lines, then a line naming the columns left out (if any). In a
+    pipe or a file every column that holds data is printed in full, however wide. On a terminal the
+    default view shows the default columns that hold data, then the others while they fit the width
+    (a column is never cut); `wide` shows every column, letting the terminal wrap."""
     from rich.text import Text
 
-    shown = visible_columns(columns, rows, wide)
-    if console.is_terminal and not wide:
-        fitted = fit_columns([columns[i] for i in shown], [[r[i] for i in shown] for r in rows], console.width)
-        dropped = len(shown) - len(fitted)
-        shown = [shown[i] for i in fitted]
+    if wide:
+        shown = list(range(len(columns)))
+    elif not console.is_terminal:
+        shown = _holds_data(columns, rows)
     else:
-        dropped = 0
+        # the default columns first, then the rest that hold data, as many as fit: a wide terminal shows all
+        first = visible_columns(columns, rows, wide=False)
+        order = first + [i for i in _holds_data(columns, rows) if i not in first]
+        ordered = [columns[i] for i in order]
+        fitted = fit_columns(ordered, [[r[i] for i in order] for r in rows], console.width)
+        shown = sorted(order[i] for i in fitted)
+    note = left_out_note(columns, rows, shown)
     lines = _lines([columns[i] for i in shown], [[r[i] for i in shown] for r in rows])
     if not console.is_terminal:
-        console.file.write((f"{title}\n" if title else "") + "\n".join(lines) + "\n")
+        console.file.write((f"{title}\n" if title else "") + "\n".join(lines) + "\n" + (f"{note}\n" if note else ""))
         console.file.flush()
         return
     if title:
@@ -188,7 +239,5 @@ def print_table(console, columns: Sequence[Column], rows: Sequence[Sequence[str]
     console.print(Text(lines[0], style="bold underline"), soft_wrap=True)
     for n, line in enumerate(lines[1:]):
         console.print(Text(line, style=(styles[n] if styles else None) or ""), soft_wrap=True)
-    if dropped:
-        what = "1 column" if dropped == 1 else f"{dropped} columns"
-        console.print(Text(f"{what} left out to fit the terminal; --wide shows every column", style="dim"),
-                      soft_wrap=True)
+    if note:  # words, not cells: wrapped to the terminal like any sentence
+        console.print(Text(note, style="dim"))

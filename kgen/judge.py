@@ -169,6 +169,15 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run", wrapper: tu
     return RunnerSlot(process, Channel(ours), staging)
 
 
+def spare_key(device: str) -> str:
+    """The device as the judge names it when it takes a spare (Judge.take: cuda:N, or cpu), for code that
+    starts spares before the judge runs."""
+    target = torch.device(device)
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    return str(target)
+
+
 class SpareRunners:
     """Started processes kept ready per (device, kind), `depth` of each: they import torch while the
     judge is busy with earlier candidates, and make their CUDA context when told to (`warm`, after a
@@ -201,6 +210,18 @@ class SpareRunners:
             except HarnessFault:
                 break
         return fresh
+
+    def prestart(self, device: str, counts: dict[str, int]) -> None:
+        """Start now, all at once, the processes of each kind one evaluation will take (`counts`): with
+        `depth` 0, what a single `kgen eval` needs, so its sandboxes import torch side by side, while
+        the baselines compile and the reference runs, instead of one after another."""
+        for kind, count in counts.items():
+            queue = self.spares.setdefault((device, kind), [])
+            while len(queue) < count:
+                try:
+                    queue.append(start_process(device, self.mode, kind))
+                except HarnessFault:  # take() starts it then, and reports why it could not
+                    break
 
     def warm(self) -> None:
         """Let the waiting spares make their CUDA contexts now (no candidate is being timed)."""
@@ -913,6 +934,7 @@ class Judge:
             reference = None
             for _attempt in range(2):
                 slot = self.start_runner(job)
+                self.phase("runner_start_s")
                 details["sandbox"]["isolation"] = slot.process.isolation
                 watch = Stopwatch(self, slot) if self.gpu else None
                 if watch is not None:

@@ -129,6 +129,28 @@ def leaderboard(db: Database, *, problem: Optional[str] = None, device: Optional
     return rows
 
 
+def check_problem(db: Database, name: Optional[str]) -> None:
+    """A problem name that is neither bundled nor in the DB is a typo to report (one line, exit 2),
+    not an empty result: `--problem softmx` must not read as "no results yet for softmx"."""
+    if name is None:
+        return
+    from difflib import get_close_matches
+
+    from kgen.problems import problem_names
+
+    bundled = problem_names()
+    with db.reader() as s:
+        stored = sorted(set(s.scalars(select(Run.problem).distinct())) | set(s.scalars(
+            select(Candidate.problem).distinct())))
+    if name in bundled or name in stored:
+        return
+    close = get_close_matches(name, sorted({*bundled, *stored}), n=1)
+    others = [p for p in stored if p not in bundled]
+    raise KgenError(f"unknown problem '{name}'" + (f"; did you mean '{close[0]}'?" if close else "")
+                    + f" (bundled: {', '.join(bundled) or 'none'}"
+                    + (f"; also in this DB: {', '.join(others)}" if others else "") + ")")
+
+
 # -- the table: the CLI, the markdown and the report share its columns ------------------------------
 
 COLUMNS = (
@@ -330,6 +352,7 @@ class RunRow:
     # None when this machine cannot tell (another host, or not running)
     process_alive: Optional[bool] = None
     cost: Optional[ledger.RunCost] = None  # its cost ledger (kgen.ledger)
+    evaluated: Optional[int] = None  # its candidates with an evaluation (None: not counted)
 
     @property
     def process_gone(self) -> bool:
@@ -337,7 +360,20 @@ class RunRow:
 
     @property
     def status_text(self) -> str:
-        return "running, process gone" if self.process_gone else self.status
+        if self.process_gone:
+            return "running, process gone"
+        if self.status == "finished" and self.rounds_done < self.rounds_planned:
+            # a run ends before its last round only when its proposer has nothing more to propose
+            return "finished early: proposer ran out"
+        return self.status
+
+    @property
+    def correct_text(self) -> str:
+        """Correct of evaluated, and those not evaluated yet apart: an interrupted run's 7 unevaluated
+        candidates are not 7 failures."""
+        evaluated = self.candidates if self.evaluated is None else self.evaluated
+        pending = self.candidates - evaluated
+        return f"{self.correct}/{evaluated}" + (f" ({pending} not evaluated yet)" if pending else "")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -356,6 +392,9 @@ def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[le
             q = q.where(Run.problem == problem)
         runs = list(s.scalars(q))
         counts = dict(s.execute(select(Candidate.run_id, func.count()).group_by(Candidate.run_id)).all())
+        evaluated = dict(s.execute(select(Candidate.run_id, func.count(func.distinct(Evaluation.candidate_id)))
+                                   .join(Evaluation, Evaluation.candidate_id == Candidate.id)
+                                   .group_by(Candidate.run_id)).all())
         tokens = {rid: (int(ti), int(to)) for rid, ti, to in s.execute(
             select(LLMCall.run_id, func.coalesce(func.sum(LLMCall.tokens_in), 0),
                    func.coalesce(func.sum(LLMCall.tokens_out), 0)).group_by(LLMCall.run_id))}
@@ -368,7 +407,8 @@ def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[le
                 run_id=run.id, problem=run.problem, size=run.size, device=run.device, proposer=run.proposer,
                 model=run.model, language=run.language, seed=run.seed, candidates_per_round=run.candidates_per_round,
                 status=run.status, rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
-                candidates=counts.get(run.id, 0), correct=len({r.candidate_id for r in board}),
+                candidates=counts.get(run.id, 0), evaluated=evaluated.get(run.id, 0),
+                correct=len({r.candidate_id for r in board}),
                 best_candidate_id=best.candidate_id if best else None,
                 # the promoted best's (kgen.promotion), not the highest: a faster tie is not a better kernel
                 best_speedup_eager=best.speedup_eager if best else None,
@@ -394,7 +434,7 @@ def run_cells(r: RunRow) -> list[str]:
     settings = (f"{fmt.proposer(r.proposer, r.model)}, {r.size}, {r.candidates_per_round}/round, {r.language}, "
                 f"seed {r.seed}")
     return [str(r.run_id), r.problem, settings, r.device or fmt.MISSING, r.status_text,
-            f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), f"{r.correct}/{r.candidates}",
+            f"{r.rounds_done}/{r.rounds_planned}", str(r.candidates), r.correct_text,
             fmt.MISSING if r.best_candidate_id is None else str(r.best_candidate_id),
             fmt.speedup(r.best_speedup_eager), fmt.speedup(r.best_speedup_compile),
             f"{fmt.si(r.tokens_in)} / {fmt.si(r.tokens_out)}", fmt.when(r.started_at), *ledger.run_cost_cells(r.cost)]
@@ -479,6 +519,10 @@ def render_detail(detail: CandidateDetail, console) -> None:
                      + (f"\n   idea: {a.idea}" if a.idea and not a.seen else ""))
         nodes[a.depth] = nodes[a.depth - 1].add(escape(label), highlight=False)
     console.print(tree)
+    if not console.is_terminal:  # piped or in a file: the source as stored, to copy or diff (no gutter, no wrap)
+        console.file.write(f"source of candidate {c.id}:\n{c.source.rstrip()}\n")
+        console.file.flush()
+        return
     console.print(Syntax(c.source, "python", line_numbers=True, word_wrap=True))
 
 

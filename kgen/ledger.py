@@ -344,13 +344,19 @@ def sort_board(db: Database, rows: list, sort: str, override: Optional[Prices] =
     if sort == "runtime":
         return rows
     costs = run_costs(db, sorted({r.run_id for r in rows if r.run_id is not None}), override)
-    if sort == "per-dollar" and not any(c.usd is not None for c in costs.values()):
-        raise KgenError("--sort per-dollar needs token prices: pass --price-in and --price-out (USD per million "
-                        "tokens) or set KGEN_PRICE_IN and KGEN_PRICE_OUT")
+    # a run that asked no LLM spent nothing on tokens, whatever their price: no prices needed to rank it free
+    unpriced = [c for c in costs.values() if c.llm_calls and c.usd is None]
+    if sort == "per-dollar" and unpriced and not any(c.usd is not None for c in costs.values()):
+        runs = ", ".join(str(c.run_id) for c in unpriced)
+        raise KgenError(f"--sort per-dollar needs token prices for the LLM runs ({runs}): pass --price-in and "
+                        "--price-out (USD per million tokens) or set KGEN_PRICE_IN and KGEN_PRICE_OUT")
     keyed = []
     for r in rows:
         cost = costs.get(r.run_id)
-        spent = None if cost is None else cost.usd if sort == "per-dollar" else cost.gpu_s / 3600.0
+        if cost is not None and sort == "per-dollar" and not cost.llm_calls:
+            spent = 0.0
+        else:
+            spent = None if cost is None else cost.usd if sort == "per-dollar" else cost.gpu_s / 3600.0
         if r.speedup_eager is None or spent is None or (spent == 0 and sort == "per-gpu-hour"):
             keyed.append(((2, 0.0), r))
         elif spent == 0:

@@ -98,6 +98,9 @@ class SearchProgress:
     def __init__(self, console: Optional[Console] = None):
         self.console = console or Console(highlight=False)
         self.counts = SearchCounts()
+        # each round's own outcomes (rounds overlap, so the run's totals cannot tell them apart)
+        self._round_of: dict[int, int] = {}
+        self._round_outcomes: dict[int, Counter] = {}
 
     def _line(self, text: str) -> None:
         self.console.print(f"[{fmt.duration(self.counts.elapsed_s)}] {text}", markup=False, highlight=False,
@@ -129,6 +132,7 @@ class SearchProgress:
         if no_code:
             self.counts.outcomes["no_code"] += no_code
             self.counts.done += no_code
+            self._round_outcomes.setdefault(self._current_round(), Counter())["no_code"] += no_code
         self._line(f"  proposed {count}" + (f" ({no_code} without code)" if no_code else ""))
 
     def resumed_round(self, stored: int, pending: int) -> None:
@@ -142,8 +146,12 @@ class SearchProgress:
         c.rounds_proposed = max(c.rounds_proposed, (c.round_index if c.round_index is not None else 0) + 1)
         c.last_round_size = size
 
+    def _current_round(self) -> int:
+        return self.counts.round_index if self.counts.round_index is not None else self.counts.rounds_done
+
     def compiling(self, candidate_id: int) -> None:
         self.counts.compiling += 1
+        self._round_of[candidate_id] = self._current_round()  # submitted right after its round was proposed
 
     def timing(self, candidate_id: int) -> None:
         self.counts.compiling = max(0, self.counts.compiling - 1)
@@ -163,6 +171,8 @@ class SearchProgress:
         else:
             c.compiling = max(0, c.compiling - 1)
         best = c.record(candidate_id, result)
+        if candidate_id in self._round_of:
+            self._round_outcomes.setdefault(self._round_of.pop(candidate_id), Counter())[result.outcome] += 1
         self._line(f"  candidate {candidate_id}: {describe(result)}" + ("  (best so far)" if best else ""))
 
     def round_finished(self, round_index: int) -> None:
@@ -170,9 +180,15 @@ class SearchProgress:
         c.rounds_done = round_index + 1
         if c.round_index == round_index:
             c.round_index = None
-        self._line(f"round {round_index + 1}/{c.rounds_total} done: {c.done} evaluated, {c.outcomes['correct']} "
-                   f"correct, best {fmt.speedup(c.best_speedup_eager)} vs eager, "
-                   f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile; ETA {fmt.duration(c.eta_s())}")
+        mine = self._round_outcomes.pop(round_index, Counter())
+        if c.best_candidate_id is not None and c.best_speedup_eager is None:  # no GPU: nothing timed, no speedups
+            best = f"best candidate {c.best_candidate_id} (untimed)"
+        else:
+            best = (f"best {fmt.speedup(c.best_speedup_eager)} vs eager, "
+                    f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile")
+        self._line(f"round {round_index + 1}/{c.rounds_total} done: {sum(mine.values())} evaluated, "
+                   f"{mine['correct']} correct; run so far: {c.done} evaluated, {c.outcomes['correct']} correct, "
+                   f"{best}; ETA {fmt.duration(c.eta_s())}")
 
     def close(self) -> None:
         pass
@@ -256,7 +272,8 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
     exports it (with `--db` when the search wrote to a DB given on its command line)."""
     lines = [f"run {summary.run_id} {summary.status}: {summary.problem}, {summary.rounds_done}/"
              f"{summary.rounds_planned} rounds, {summary.candidates} candidates, {summary.correct} correct, "
-             f"{fmt.duration(summary.wall_s)}"]
+             f"{fmt.duration(summary.wall_s)}" + (f" (stopped early: {summary.stop_reason})"
+                                                  if getattr(summary, "stop_reason", None) else "")]
     if summary.best_id is None:
         lines.append("best: no correct candidate yet")
     elif summary.best_runtime_ms is None:

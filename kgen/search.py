@@ -20,6 +20,7 @@ but not evaluated, and never evaluating a stored result twice.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -62,7 +63,9 @@ class SearchConfig:
     overlap: bool = True  # propose round k+1 once round k has compiled (see Search._rounds)
     starters_dir: Optional[str] = None  # the offline proposer's starter kernels (default: beside the problem)
     sandbox: str = "bwrap"  # "none": --no-sandbox (recorded with every result)
-    baseline_max_autotune: bool = True  # also time torch.compile(max-autotune) (minutes on a fresh DB; kgen bench: off)
+    # also time torch.compile(max-autotune): minutes of GPU time on a fresh DB that nothing in a search reads
+    # (kgen bench --max-autotune shows it), so off
+    baseline_max_autotune: bool = False
     price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.ledger)
     price_out: Optional[float] = None
     ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.ncu_profile); 0: none
@@ -96,6 +99,14 @@ class SearchSummary:
     calls_without_tokens: int = 0  # replies whose server reported no usage (not counted in the tokens)
     wall_s: float = 0.0
     timed: bool = True
+    startup: dict = field(default_factory=dict)  # where the search's own seconds went (Search.startup)
+    stop_reason: Optional[str] = None  # why it ended before its last round (the proposer ran out)
+
+
+FULL_SIZE_ON_CPU_NOTE = (
+    "the full size without a GPU: at this size the judge's own work on a CPU (float64 reference outputs, "
+    "checking each output against them) takes tens of seconds per trial, and that time counts against --timeout "
+    "(measured: --timeout 10 reported after 54 s, the candidate never run); --size small is the size for a CPU")
 
 
 def no_gpu_note(language: str) -> str:
@@ -204,8 +215,28 @@ class Search:
         self.started = time.monotonic()
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
+        self.stop_reason: Optional[str] = None
+        # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
+        # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
+        # (their timing, beside the first compiles), first_on_gpu_s and first_result_s; and the judge's
+        # phases summed over the evaluations (judge_s). Stored in the run's settings and shown by kgen bench.
+        self.startup: dict = {}
+        self.judge_s: dict[str, float] = {}
 
-    def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
+    @staticmethod
+    def _local_gpu(cluster) -> Optional[str]:
+        """The GPU's name where the evaluators are known to use this machine's GPUs (a local cluster on a
+        machine with one), else None (a joined cluster's evaluators say which device they have)."""
+        import torch
+
+        if getattr(cluster, "address", "joined") is None and torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+        return None
+
+    def _since_start(self, name: str) -> None:
+        self.startup.setdefault(name, round(time.monotonic() - self.started, 3))
+
+    def _settings(self, device: str, stages=None) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
         first candidates compile, and fills the settings' baseline fields before it ends. The GPUs
         take no candidate until it has (a baseline timed beside a candidate would skew both)."""
@@ -218,28 +249,45 @@ class Search:
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
         self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
-        thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
+        thread = threading.Thread(target=self._time_baselines, args=(settings, device, stages), daemon=True,
                                   name="kgen-baselines")
         thread.start()
         return settings, thread
 
-    def _time_baselines(self, settings: EvalSettings, device: str) -> None:
+    def _time_baselines(self, settings: EvalSettings, device: str, stages=None) -> None:
+        """The baselines, compiled while the evaluators' sandboxes start, and timed with those stopped."""
         from kgen.baselines import get_baselines
 
+        started = time.monotonic()
+        hold = getattr(stages, "spares_stopped", None)
         try:
-            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune)
+            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune,
+                                      hold=hold)
         except Exception as e:  # noqa: BLE001 - no baselines means no speedups, not a failed search
             self.progress.note(f"the baselines could not be timed ({type(e).__name__}: {e}); speedups stay empty")
             return
+        finally:
+            self.startup["baselines_s"] = round(time.monotonic() - started, 3)
         if baselines is not None:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
 
     def run(self, cluster) -> SearchSummary:
+        import torch
+
+        from kgen.roofline import device_ceilings
         from kgen.workers import Stages
 
+        if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
+            device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
+        stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
+        local_gpu = self._local_gpu(cluster)
+        if local_gpu:  # the baselines need no evaluator: they start while the evaluators do
+            settings, baselines = self._settings(local_gpu, stages)
         device = stages.device()
-        settings, baselines = self._settings(device.name)
+        self._since_start("evaluators_s")
+        if not local_gpu:
+            settings, baselines = self._settings(device.name, stages)
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
         rounds_done = self._open_run(device.name, stages.evaluator_count if device.name != "cpu" else 0)
@@ -249,10 +297,13 @@ class Search:
         self._seed_counts()
         if device.name == "cpu":
             self.progress.note(no_gpu_note(self.config.language))
+            if self.problem.size == "full":
+                self.progress.note(FULL_SIZE_ON_CPU_NOTE[0].upper() + FULL_SIZE_ON_CPU_NOTE[1:] + ".")
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
             stages.close()
+            self._store_startup()
         store.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
@@ -283,6 +334,7 @@ class Search:
                     limit = len(open_rounds)
                     break
                 if jobs is None:
+                    self.stop_reason = f"the {self.config.proposer} proposer had nothing more to propose"
                     self.progress.note(f"the {self.config.proposer} proposer has nothing more to propose; stopping")
                     exhausted = True
                     break
@@ -304,12 +356,15 @@ class Search:
             gpus_open = baselines is None or not baselines.is_alive()
             for event in stages.poll(timing_open=gpus_open):
                 if event.kind == "timing":
+                    self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)
                     self.progress.timing(event.candidate_id)
                 elif event.kind == "requeued":  # its worker or node died (or kgen's harness failed): again
                     self.progress.requeued(event.candidate_id, event.note, event.candidate_id in timing)
                     timing.discard(event.candidate_id)
                 else:
+                    self._since_start("first_result_s")
+                    self._add_judge_phases(event.result)
                     store.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
@@ -355,6 +410,19 @@ class Search:
         if profiled:
             self.progress.note(f"  Nsight Compute profiled {', '.join(profiled)} in "
                                f"{time.monotonic() - started:.1f} s")
+
+    def _add_judge_phases(self, result) -> None:
+        phases = result.details.get("phases") if isinstance(result.details, dict) else None
+        for name, seconds in (phases if isinstance(phases, dict) else {}).items():
+            if isinstance(seconds, (int, float)):
+                self.judge_s[name] = round(self.judge_s.get(name, 0.0) + seconds, 3)
+
+    def _store_startup(self) -> None:
+        """The startup figures and summed judge phases, into the run's settings (kgen bench reads them)."""
+        self.startup["judge_s"] = dict(self.judge_s)
+        if self.run_id is not None:
+            with contextlib.suppress(DatabaseUnavailableError):  # figures, not results: nothing else depends on them
+                store.set_run_startup(self.db, self.run_id, self.startup)
 
     def _open_run(self, device: str, gpus: int) -> int:
         """Create the run, or mark the resumed one running again; the rounds it has done."""
@@ -409,7 +477,8 @@ class Search:
                                 candidates=store.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 calls_without_tokens=unreported,
-                                wall_s=time.monotonic() - self.started, timed=timed)
+                                wall_s=time.monotonic() - self.started, timed=timed, stop_reason=self.stop_reason,
+                                startup=dict(self.startup))
         if correct:  # the first found, replaced only by one that beats it beyond the timing noise
             best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)
             summary.best_id = best.id
@@ -460,9 +529,15 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         raise KgenError(f"the problem file {problem.path} changed since run {run_id} started; start a new run")
     proposer = make_proposer(config, problem)
     progress = progress or SearchProgress()
+    owned = cluster is None  # a cluster this search starts or joins, and shuts down (else the caller's)
     search = Search(db, config, problem, proposer, progress, run_id=run_id)
     try:
-        return search.run(cluster or ray_cluster.connect(ray_address))
+        if owned:
+            progress.note(f"joining the Ray cluster at {ray_address} ..." if ray_address else
+                          "starting a local Ray cluster and its workers (takes about 10 s) ...")
+            cluster = ray_cluster.connect(ray_address)
+            search.startup["ray_start_s"] = round(time.monotonic() - search.started, 3)
+        return search.run(cluster)
     except BaseException as e:
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
@@ -479,5 +554,5 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         raise
     finally:
         progress.close()
-        if cluster is None:
+        if owned:
             ray_cluster.shutdown()

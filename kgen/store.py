@@ -54,6 +54,13 @@ def set_run_status(db: Database, run_id: int, status: str, rounds_done: Optional
             run.finished_at = utcnow()
 
 
+def set_run_startup(db: Database, run_id: int, startup: dict) -> None:
+    """Record where a search's own seconds went (kgen.search.Search.startup), in its settings."""
+    with db.session() as s:
+        run = s.get(Run, run_id)
+        run.settings = dict(run.settings or {}, startup=startup)
+
+
 def set_run_process(db: Database, run_id: int) -> None:
     """Record which process runs the search (host and pid, in its settings), so readers can tell a
     run whose process was SIGKILLed (its status stays `running`) from one still going."""

@@ -3,10 +3,10 @@
 Conditions match what the judge gives a candidate (kgen.judge.Judge.timing): fresh inputs drawn
 before every run, outside the timed region; L2 flushed (a 256 MB write) before every run; a GPU-side
 wait before the start event, so the window holds the GPU's work and not the host's launch latency
-(kgen.harness.runner.Runner.timed says why); CUDA events around the call and a device-wide synchronize;
-warm-up first, then at least `min_runs` runs and `min_s` seconds; the median reported. The candidate's
-time comes from its sandboxed runner and is bounded by the judge's clock; the baselines run here, in a
-process of kgen's own.
+(kgen.harness.runner.Runner.timed says why); CUDA events around the call and a device-wide
+synchronize; warm-up first, then at least `min_runs` runs and `min_s` seconds; the median reported.
+The candidate's time comes from its sandboxed runner and is bounded by the judge's clock; the
+baselines run here, in a process of kgen's own.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -43,16 +44,19 @@ MAX_REQUEUES = 2
 MAX_HARNESS_RETRIES = 1
 
 
-def problem_ref(problem_path: str) -> str:
+def problem_ref(problem_path: Optional[str]) -> Optional[str]:
     """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
-    wherever kgen is installed there), any other problem's path (which every node must be able to read)."""
+    wherever kgen is installed there), any other problem's path (which every node must be able to read).
+    None: the stages have no problem of their own, each job names its own (a collection)."""
     from kgen.resources import problems_dir
 
+    if problem_path is None:
+        return None
     path = Path(problem_path).resolve()
     return path.stem if path.parent == problems_dir().resolve() else str(path)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=32)  # a collection judges many problems in turn
 def _load(problem: str, size: str, source_hash: Optional[str] = None):
     """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
     file) stops the search with one line rather than judge candidates against another reference."""
@@ -89,12 +93,16 @@ class Device:
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
-    def __init__(self, problem: str, size: str, source_hash: str):
+    def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
         self.problem = (problem, size, source_hash)
-        _load(*self.problem)
+        if problem is not None:
+            _load(*self.problem)
         self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self._stopped = None  # the spares' paused() context while the search times its baselines
 
-    def evaluate(self, source: str, settings: EvalSettings) -> EvalResult:
+    def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
+        """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
+        evaluator's own (a collection's entries each name theirs)."""
         import ray
 
         from kgen.evaluate import evaluate_candidate, sandbox_mode
@@ -104,11 +112,55 @@ class _Evaluator:
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         started = time.time()
-        result = evaluate_candidate(_load(*self.problem), source, settings, self.spares)
+        result = evaluate_candidate(_load(*(problem or self.problem)), source, settings, self.spares)
         # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
+
+    def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
+        """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.baselines, in
+        a child process of kgen's own), so a collection's baselines take turns with its candidates on
+        every GPU instead of one; the driver stores them. None when they could not be timed."""
+        from kgen.baselines import time_baselines
+
+        return time_baselines(_load(*problem), max_autotune)
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
+        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
+        them make their CUDA contexts: they start while the search times its baselines, not when the
+        first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
+        from kgen.evaluate import sandbox_mode
+        from kgen.judge import SpareRunners
+
+        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        device = self._judge_device()
+        depth = SpareRunners.DEPTH if device != "cpu" else {}
+        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
+        if device != "cpu":
+            self.spares.warm()
+
+    def stop_spares(self, stopped: bool) -> None:
+        """SIGSTOP (True) or SIGCONT (False) the waiting sandboxes: the baselines are timed meanwhile."""
+        if stopped and self.spares is not None and self._stopped is None:
+            self._stopped = self.spares.paused()
+            self._stopped.__enter__()
+        elif not stopped and self._stopped is not None:
+            self._stopped.__exit__(None, None, None)
+            self._stopped = None
+
+    @staticmethod
+    def _judge_device() -> str:
+        """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
+        import torch
+
+        from kgen.judge import spare_key
+
+        return spare_key("cuda") if torch.cuda.is_available() else "cpu"
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
@@ -137,6 +189,7 @@ class Job:
 
     candidate_id: int
     source: str
+    problem: Optional[tuple] = None  # (problem ref, size, source hash) when not the stages' own (a collection)
 
 
 @dataclass(frozen=True)
@@ -169,15 +222,23 @@ class Stages:
     compile_function = staticmethod(_compile)
     evaluator_class = _Evaluator
 
-    def __init__(self, cluster: Cluster, problem_path: str, size: str, source_hash: Optional[str] = None):
+    def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
         import ray
 
+        from kgen.cluster import Reservation
+
         self.problem = (problem_ref(problem_path), size, source_hash)
-        # SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
-        self._compile_task = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(self.compile_function)
+        placement = cluster.placement
+        # The placement's slots, reserved whole (or a one-line KgenError within a minute): the compile tasks
+        # share each node's CPUs the evaluators leave. A placement without slots (a test's) is left to Ray.
+        self._reservation = Reservation(placement) if placement.evaluators else None
+        # else SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
+        compile_options = (self._reservation.compile_options() if self._reservation
+                           else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
+        self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
-        self._actor_options = cluster.placement.actor_options
-        self.actors = [self._new_actor() for _ in range(cluster.placement.count)]
+        self._actor_options = placement.actor_options
+        self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
         self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
@@ -191,8 +252,33 @@ class Stages:
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
-    def _new_actor(self):
-        return self._actor_class.options(**self._actor_options).remote(*self.problem)
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
+        without them (a test's stand-in) starts them with its first candidate as before."""
+        if not hasattr(self.evaluator_class, "prestart"):
+            return
+        for actor in self.actors:
+            actor.prestart.remote(sandbox, language)
+
+    @contextlib.contextmanager
+    def spares_stopped(self, timeout_s: float = 30.0) -> Iterator[None]:
+        """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
+        of the search's own competes with them for the CPU that launches their kernels."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "stop_spares"):
+            yield
+            return
+        ray.wait([a.stop_spares.remote(True) for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+        try:
+            yield
+        finally:
+            ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
+                     timeout=timeout_s)
+
+    def _new_actor(self, index: int):
+        options = self._reservation.actor_options(index) if self._reservation else self._actor_options
+        return self._actor_class.options(**options).remote(*self.problem)
 
     @property
     def evaluator_count(self) -> int:
@@ -222,7 +308,7 @@ class Stages:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
         except RayError:
-            self.actors[index] = self._new_actor()
+            self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
         self._free.append(index)
@@ -241,7 +327,7 @@ class Stages:
             raise error
 
     def _send_to_compile(self, job: Job, settings: EvalSettings) -> None:
-        ref = self._compile_task.remote(*self.problem, job.source, settings)
+        ref = self._compile_task.remote(*(job.problem or self.problem), job.source, settings)
         self._compiling[ref] = (job, settings)
 
     def _tries(self, candidate_id: int, kind: str) -> int:
@@ -342,17 +428,29 @@ class Stages:
                                  self._actor_nodes[index], MAX_HARNESS_RETRIES)
         return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, result))
 
-    def poll(self, timeout_s: float = 0.5, timing_open: bool = True) -> list[StageEvent]:
-        """Dispatch compiled candidates to free evaluators (only while `timing_open`: the search holds
-        the GPUs back while its baselines are being timed), wait up to `timeout_s` for anything to
-        finish, and return the events: 'timing' for each dispatch, 'requeued' for each attempt a dead
-        worker cut short, 'done' with each result."""
+    def _next_ready(self, timing_open) -> Optional[tuple]:
+        """The first compiled (job, settings) that may be timed now: any while `timing_open` is True, none
+        while it is False, else the first job `timing_open(job)` accepts (a collection times a problem's
+        candidates once that problem's baselines are in)."""
+        if timing_open is True or timing_open is False:
+            return self._ready.popleft() if timing_open and self._ready else None
+        for k, item in enumerate(self._ready):
+            if timing_open(item[0]):
+                del self._ready[k]
+                return item
+        return None
+
+    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
+        predicate on the job: the search holds the GPUs back while its baselines are being timed), wait
+        up to `timeout_s` for anything to finish, and return the events: 'timing' for each dispatch,
+        'requeued' for each attempt a dead worker cut short, 'done' with each result."""
         import ray
 
         events: list[StageEvent] = []
-        while timing_open and self._free and self._ready:
-            (job, settings), index = self._ready.popleft(), self._free.pop(0)
-            ref = self.actors[index].evaluate.remote(job.source, settings)
+        while self._free and (item := self._next_ready(timing_open)) is not None:
+            (job, settings), index = item, self._free.pop(0)
+            ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
             events.append(StageEvent("timing", job.candidate_id))
         now = time.monotonic()
@@ -403,6 +501,12 @@ class Stages:
         self._nodes.clear()
         self._requeued.clear()
 
+    def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
+        """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
+        gives a dict, or None. An actor runs its calls one at a time, so a baseline never shares a GPU
+        with a candidate (one sent to a busy evaluator waits for its candidate, and delays the next)."""
+        return self.actors[index].baselines.remote(problem, max_autotune)
+
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is
         evaluating now): the profile, {"error": why} for this candidate, or {"unavailable": why}."""
@@ -423,10 +527,15 @@ class Stages:
     def close(self) -> None:
         """The search is over: drop what is in flight and let the evaluators go, so a next search on the
         same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
-        worker processes stopped), once its current task, if any, ends."""
+        worker processes stopped), once its current task, if any, ends; then the reserved slots go back
+        (after 10 s at most: an evaluator still busy then is ended with them)."""
+        import ray
+
         self.cancel()
-        for actor in self.actors:
-            actor.__ray_terminate__.remote()
+        ends = [actor.__ray_terminate__.remote() for actor in self.actors]
+        if self._reservation is not None:  # its slots go back once the evaluators have ended (or 10 s on)
+            ray.wait(ends, num_returns=len(ends), timeout=10)
+            self._reservation.release()
 
     def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
         """All of `jobs` through both stages; events as they happen, results in the order they finish."""

@@ -14,6 +14,19 @@ REPO = Path(__file__).resolve().parent.parent
 PROBLEM_FILES = Path(__file__).resolve().parent / "problem_files"
 
 
+DEFAULT_TIMEOUT_S = 900  # per test, where pytest-timeout is installed (the [test] extra) and no --timeout given
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test's time limit, as `timeout = 900` in pyproject would set it, but only where pytest-timeout
+    is installed: the ini key would make pytest warn "Unknown config option" everywhere else."""
+    if not config.pluginmanager.hasplugin("timeout") or config.getoption("timeout", None) is not None:
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT_S))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path / "kgen-cache"))

@@ -132,3 +132,12 @@ def test_bench_end_to_end_on_the_cpu_writes_each_problem_as_its_search_ends(tmp_
         assert throughput["gpu_busy_share"] is None
     assert report["throughput"][1]["elapsed_s"] > report["throughput"][0]["elapsed_s"] > 0
     assert "| layernorm |" in (out / "bench.md").read_text()
+    # where the seconds went: the cluster started once (charged to the first search), each search's own start,
+    # and the judge's phases summed over its evaluations; in the JSON, bench.md and the printed lines
+    first, second = (t["startup"] for t in report["throughput"])
+    assert first["ray_start_s"] > 0 and "ray_start_s" not in second
+    for startup in (first, second):
+        assert 0 < startup["evaluators_s"] <= startup["first_result_s"]
+        assert {"reference_s", "runner_start_s", "verify_s"} <= set(startup["judge_s"])
+    assert "where the seconds went" in (out / "bench.md").read_text()
+    assert "\n    seconds: evaluators up " in rest  # layernorm's (the cluster had started for softmax's search)

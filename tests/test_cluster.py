@@ -36,7 +36,8 @@ RAY = str(Path(sys.executable).parent / "ray")
 # --- where evaluators go -------------------------------------------------------------------------
 
 def _node(alive=True, **resources) -> dict:
-    return {"Alive": alive, "Resources": dict(resources)}
+    return {"Alive": alive, "Resources": dict(resources), "NodeID": secrets.token_hex(28),
+            "NodeManagerAddress": "127.0.0.1"}
 
 
 @pytest.mark.parametrize("nodes, count, options", [
@@ -52,6 +53,55 @@ def _node(alive=True, **resources) -> dict:
 def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
     placement = evaluator_placement(nodes)
     assert (placement.count, placement.actor_options) == (count, options)
+
+
+def _slots(placement, nodes) -> tuple[list[dict], dict[int, float]]:
+    """(each node's evaluator bundles, by node index; the compile CPUs on each node index)."""
+    index = {n["NodeID"]: i for i, n in enumerate(nodes)}
+    evaluators: list[dict] = [{} for _ in nodes]
+    for slot in placement.evaluators:
+        per_node = evaluators[index[slot.node_id]]
+        per_node[len(per_node)] = slot.resources
+    return evaluators, {index[s.node_id]: s.resources["CPU"] for s in placement.compiles}
+
+
+@pytest.mark.parametrize("cpus, evaluators, compiles", [
+    ([1, 1], [0, 2], {0: 1.0}),  # the hang: two half-CPU evaluators, one on each node, left no whole CPU
+    ([1, 2], [1, 1], {1: 1.0}),
+    ([3, 1], [2, 1], {0: 1.0}),
+    ([2], [2], {0: 1.0}),
+    ([1], [1], {0: 0.5}),  # a lone CPU, shared by an evaluator and the compile tasks
+], ids=["1+1", "1+2", "3+1", "2", "1"])
+def test_cpu_evaluators_always_leave_a_compile_slot(cpus, evaluators, compiles):
+    nodes = [_node(CPU=c) for c in cpus]
+    placement = evaluator_placement(nodes)
+    per_node, compile_cpus = _slots(placement, nodes)
+    assert [len(p) for p in per_node] == evaluators and compile_cpus == compiles
+    for i, (c, bundles) in enumerate(zip(cpus, per_node)):  # each node holds what it is asked, compile slot included
+        assert sum(b["CPU"] for b in bundles.values()) + compile_cpus.get(i, 0) <= c
+    assert placement.compile_cpus <= max(compiles.values())
+
+
+def test_gpu_nodes_short_of_cpus_share_them_with_evaluators_and_compile_tasks():
+    nodes = [_node(CPU=1, GPU=1)]  # one CPU: the evaluator and the compile tasks half each
+    placement = evaluator_placement(nodes)
+    assert [s.resources for s in placement.evaluators] == [{"CPU": 0.5, "GPU": 1}]
+    assert [s.resources for s in placement.compiles] == [{"CPU": 0.5}] and placement.compile_cpus == 0.5
+    nodes = [_node(CPU=4, GPU=8), _node(CPU=2)]  # eight evaluators on four CPUs; the other node compiles
+    placement = evaluator_placement(nodes)
+    assert placement.count == 8 and {s.resources["CPU"] for s in placement.evaluators} == {0.5}
+    assert [(s.node_id, s.resources) for s in placement.compiles] == [(nodes[1]["NodeID"], {"CPU": 2.0})]
+
+
+def test_a_cluster_without_any_cpu_is_one_line_naming_its_nodes():
+    from kgen.errors import KgenError
+
+    nodes = [_node(CPU=0, kgen_gpu=1), _node(alive=False, CPU=8)]
+    with pytest.raises(KgenError) as caught:
+        evaluator_placement(nodes)
+    message = str(caught.value)
+    assert "\n" not in message and "no CPU" in message and nodes[0]["NodeID"][:8] in message
+    assert nodes[1]["NodeID"][:8] not in message  # a dead node is not the cluster's
 
 
 def test_workers_load_a_bundled_problem_by_name_and_any_other_by_path(tmp_path):
@@ -425,3 +475,113 @@ def test_joining_without_the_clusters_token_is_one_line_and_exit_2(cluster, tmp_
     assert "ray get-auth-token" in done.stderr
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchall() == [(0,)]
+
+
+# --- placement that always progresses: CPU-only clusters of one-CPU nodes, and nodes of different sizes ----
+
+@dataclass
+class CpuCluster:
+    address: str
+    env: dict
+    nodes: list  # RayNode, the head first
+    add_node: Callable[..., RayNode]  # (name, cpus): another node, stopped with the cluster
+
+
+@pytest.fixture(scope="module")
+def cpu_cluster(tmp_path_factory) -> CpuCluster:
+    """Two nodes of one CPU each and no GPU (nor kgen_gpu): every evaluator runs on CPUs, joined with a token."""
+    home = tmp_path_factory.mktemp("cpu_cluster")
+    token_file = home / "auth_token"
+    token_file.write_text(secrets.token_hex(32))
+    ray_tmp = tempfile.mkdtemp(prefix="kgen-ray-", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0",
+               KGEN_CACHE_DIR=str(home / "kgen-cache"))
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--temp-dir", ray_tmp, "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    nodes: list[RayNode] = []
+
+    def add_node(name: str, cpus: int) -> RayNode:
+        nodes.append(RayNode.start(["--address", address, "--num-cpus", str(cpus), *common], env, home / f"{name}.log"))
+        return nodes[-1]
+
+    try:
+        nodes.append(RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
+                                    *common], env, home / "head.log"))
+        add_node("worker", 1)
+        yield CpuCluster(address, env, nodes, add_node)
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _search_finishes(cluster, db: Path, candidates: int = 2) -> list[tuple[int, str, dict]]:
+    started = time.monotonic()
+    done = _kgen(_search_args(cluster, db, candidates), cluster.env, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    evaluations = _evaluations(db)
+    assert [outcome for _, outcome, _ in evaluations] == ["correct"] * candidates, evaluations
+    assert time.monotonic() - started < 400
+    return evaluations
+
+
+@pytest.mark.slow
+def test_a_search_on_two_one_cpu_nodes_finishes(cpu_cluster, tmp_path):
+    """Both evaluators (half a CPU each) share one node; the other node's CPU is the compile tasks'."""
+    evaluations = _search_finishes(cpu_cluster, tmp_path / "results.db")
+    compile_nodes = {d["nodes"]["compile"]["node_id"] for _, _, d in evaluations}
+    evaluation_nodes = {d["nodes"]["evaluation"]["node_id"] for _, _, d in evaluations}
+    assert len(compile_nodes) == len(evaluation_nodes) == 1 and compile_nodes != evaluation_nodes
+    assert compile_nodes | evaluation_nodes == {node.node_id for node in cpu_cluster.nodes}
+
+
+HOLDER = """
+import logging, sys, time, ray
+from ray.util.placement_group import placement_group
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level=logging.ERROR)
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+group = placement_group([{"CPU": 1}] * len(nodes), bundle_label_selector=[{"ray.io/node-id": n} for n in nodes])
+assert group.wait(60)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_search_whose_work_cannot_be_placed_stops_with_one_line_saying_what_each_node_lacks(cpu_cluster,
+                                                                                              tmp_path):
+    """Another job holds every CPU: the search stops after the placement wait (shortened here from a minute)
+    with one line naming the nodes and what they lack, and no run is left behind."""
+    from kgen.cluster import PLACEMENT_WAIT_S
+
+    assert PLACEMENT_WAIT_S == 60  # the default: a minute
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, cpu_cluster.address], env=cpu_cluster.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        db = tmp_path / "results.db"
+        started = time.monotonic()
+        done = _kgen(_search_args(cpu_cluster, db, 2), dict(cpu_cluster.env, KGEN_PLACEMENT_WAIT_S="5"), timeout=120)
+        took = time.monotonic() - started
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert "within 5 s" in done.stderr and "lacks CPU" in done.stderr
+    for node in cpu_cluster.nodes:
+        assert node.node_id[:8] in done.stderr
+    assert took < 60
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchall() == [(0,)]
+
+
+@pytest.mark.slow
+def test_a_search_on_nodes_of_different_cpu_counts_finishes(cpu_cluster, tmp_path):
+    """One CPU on the head, two on the other node: an evaluator on each, the compile tasks on the bigger."""
+    cpu_cluster.nodes[1].stop()  # the one-CPU worker goes; a two-CPU one comes
+    bigger = cpu_cluster.add_node("bigger", 2)
+    evaluations = _search_finishes(cpu_cluster, tmp_path / "results.db")
+    assert {d["nodes"]["compile"]["node_id"] for _, _, d in evaluations} == {bigger.node_id}

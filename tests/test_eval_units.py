@@ -301,3 +301,117 @@ def test_the_gpu_audit_finds_a_cuda_kernels_name_wherever_its_launch_bounds_stan
     from kgen.judge import _cuda_kernel_names
 
     assert _cuda_kernel_names(f"// before\n{declaration} {{\n}}\n") == {name}
+
+
+# -- kgen eval's fixed costs: static checks first, sandboxes started together, baselines handed the GPU ---------
+
+def test_a_static_reject_starts_nothing_not_even_torch(tmp_path):
+    """Rejected before anything touches a GPU: no torch imported, no DB opened for baselines, no sandbox,
+    even with --device cuda on a machine that has none (the device is never looked at)."""
+    db = tmp_path / "results.db"
+    script = ("import json, sys\nfrom kgen.cli import evaluate_file\n"
+              f"problem, result = evaluate_file('softmax', {str(CANDIDATES / 'no_kernel.py')!r}, device='cuda', "
+              f"db={str(db)!r})\n"
+              "print(json.dumps([result.outcome, problem.name, 'torch' in sys.modules, result.details['breakdown']]))")
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outcome, name, torch_imported, breakdown = json.loads(done.stdout)
+    assert (outcome, name, torch_imported) == ("static_reject", "softmax", False)
+    assert set(breakdown) == {"startup_s", "static_s"} and not db.exists()
+
+
+def test_a_static_reject_on_the_cli_is_one_line_of_outcome_and_exit_0(tmp_path):
+    started = time.monotonic()
+    done = run_kgen("eval", "softmax", str(CANDIDATES / "no_kernel.py"), "--db", str(tmp_path / "r.db"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("static_reject softmax (static checks only: nothing ran)")
+    assert time.monotonic() - started < 30  # ~1 s on an idle machine; the shared CI box is slower
+    assert run_kgen("eval", "no_such_problem", str(CANDIDATES / "no_kernel.py")).returncode == 2
+
+
+def test_evaluate_one_rejects_statically_before_the_baselines(monkeypatch):
+    from kgen import baselines
+    from kgen.evaluate import evaluate_one
+    from kgen.problems import load_problem
+
+    monkeypatch.setattr(baselines, "get_baselines", lambda *a, **k: pytest.fail("baselines timed for a reject"))
+    result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "no_kernel.py").read_text(),
+                          EvalSettings(device="cuda", size="small"), db="sqlite:///:memory:")
+    assert result.outcome == "static_reject" and set(result.details["breakdown"]) == {"static_s"}
+
+
+def test_eval_json_says_where_the_seconds_went(tmp_path):
+    import json
+
+    done = run_kgen("eval", "softmax", str(CANDIDATES / "good_triton_softmax.py"), "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    breakdown = result["details"]["breakdown"]
+    assert result["outcome"] == "correct"
+    assert {"startup_s", "static_s", "reference_s", "runner_start_s", "verify_s"} <= set(breakdown)
+    assert all(isinstance(v, (int, float)) and v >= 0 for v in breakdown.values())
+    outside_the_judge = {"startup_s", "load_s", "static_s", "baselines_s", "close_s"}
+    assert sum(v for k, v in breakdown.items() if k not in outside_the_judge) <= result["eval_s"] + 0.5
+
+
+STAND_IN_WORKER = '''
+import sys, time
+import kgen.baseline_worker as worker
+
+def stand_in(job, ready):  # the GPU part mocked: "compiles", says so, waits for the go, "times"
+    with open(job["log"], "a") as log:
+        log.write("compiled\\n")
+    ready()
+    with open(job["log"], "a") as log:
+        log.write("timed\\n")
+    return {"eager_ms": 1.5, "compile_ms": 1.25, "settings": {}, "errors": {}}
+
+worker.time_baselines = stand_in
+worker.main()
+'''
+
+
+def test_the_baseline_child_is_timed_only_inside_the_callers_hold(tmp_path, monkeypatch):
+    """kgen eval stops its started sandboxes (`hold`) from the baseline child's "compiled" to its end:
+    the real child process and pipe protocol, with the GPU work stood in."""
+    import contextlib
+
+    from kgen import baselines
+
+    (tmp_path / "stand_in_worker.py").write_text(STAND_IN_WORKER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(baselines, "WORKER", "stand_in_worker")
+    log = tmp_path / "log"
+
+    @contextlib.contextmanager
+    def hold():
+        with open(log, "a") as f:
+            f.write("held\n")
+        yield
+        with open(log, "a") as f:
+            f.write("released\n")
+
+    sent = baselines._time_in_child({"log": str(log)}, hold)
+    assert sent is not None and (sent["eager_ms"], sent["compile_ms"]) == (1.5, 1.25)
+    assert log.read_text().split() == ["compiled", "held", "timed", "released"]
+
+
+def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_ones(monkeypatch):
+    """The sandboxes one evaluation needs start before the judge runs, and the judge takes exactly those
+    (a spare it cannot find under its own name for the device would be started again, and the first wasted)."""
+    from kgen import judge
+    from kgen.evaluate import evaluate_one
+    from kgen.problems import load_problem
+
+    started = []
+    real = judge.start_process
+    monkeypatch.setattr(judge, "start_process", lambda device, mode, kind="run", **kw: (
+        started.append((device, kind)), real(device, mode, kind, **kw))[1])
+    result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
+                          EvalSettings(device="cpu", size="small"))
+    assert result.outcome == "correct", result.message
+    assert started == [("cpu", "run")]  # on the CPU a Triton candidate takes one runner, and no spare is kept
+    assert judge.spare_key("cpu") == "cpu" and judge.spare_key("cuda:1") == "cuda:1"

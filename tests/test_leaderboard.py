@@ -144,7 +144,7 @@ def test_read_only_commands_on_a_missing_db_say_so_in_one_line_and_create_nothin
 
 @pytest.mark.parametrize("args,needle", [(["show", "999"], "no candidate with id 999"),
                                          (["leaderboard", "--format", "xml"], "unknown format 'xml'"),
-                                         (["show", "abc"], "valid integer")])
+                                         (["show", "abc"], "ID must be a whole number, not 'abc'")])
 def test_bad_ids_and_formats_give_one_line_and_exit_2(results, args, needle):
     path, _ = results
     r = run_kgen(*args, "--db", str(path))

@@ -137,7 +137,7 @@ def test_per_dollar_needs_prices_and_takes_them_from_flags_or_the_environment(tm
 
 @pytest.mark.parametrize("args, needle", [
     (["runs", "--price-in", "-1", "--price-out", "2"], "--price-in must be a non-negative number"),
-    (["runs", "--price-in", "abc", "--price-out", "2"], "Invalid value for '--price-in'"),
+    (["runs", "--price-in", "abc", "--price-out", "2"], "--price-in must be a number, not 'abc'"),
     (["runs", "--price-in", "3"], "--price-in needs --price-out too"),
     (["leaderboard", "--sort", "cheapest"], "unknown sort 'cheapest'"),
     (["search", "--problem", "softmax", "--price-out", "nan", "--price-in", "1"], "--price-out must be"),

@@ -2,6 +2,8 @@
 in problem_files/ are written in KernelBench's styles (sizes as expressions, chained and tuple
 assignments, convolution and pooling parameters, norms, reductions, integer inputs, two outputs)."""
 
+import re
+
 import pytest
 import torch
 
@@ -376,12 +378,13 @@ def test_problems_shows_a_files_full_and_small_sizes_flops_and_bytes_one_plain_l
     path = _long_named_copy(tmp_path)
     result = run_kgen("problems", str(PROBLEM_FILES / "layernorm_softmax_mean.py"), str(path))
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert [line.split("  ")[:2] for line in lines] == [
+    header, *lines = result.stdout.splitlines()
+    assert header.split()[:3] == ["problem", "size", "dtype"] and "FLOPs" in header and "bytes" in header
+    assert [line.split()[:2] for line in lines] == [
         ["layernorm_softmax_mean", "full"], ["layernorm_softmax_mean", "small"], [LONG_NAME, "full"], [LONG_NAME, "small"]]
     full, small = lines[0], lines[1]
-    assert "64×1024×768 → 64×768" in full and "FLOPs 704.64 M" in full  # norm + log-softmax + mean: not 0
-    assert "bytes 201.53 MB" in full  # (64×1024×768 in + 2×768 weight and bias + 64×768 out) × 4
+    assert "64×1024×768 → 64×768" in full and "704.64 M" in full  # FLOPs: norm + log-softmax + mean: not 0
+    assert "201.53 MB" in full  # (64×1024×768 in + 2×768 weight and bias + 64×768 out) × 4
     assert "automatic: " in small and "seq_len 1024→" in small and "hidden 768→" in small
     changes = lines[3].split("automatic: ")[1]
     assert "in_channels 32→" in changes and not any(p in changes for p in ("kernel", "stride", "padding", "groups"))
@@ -390,17 +393,19 @@ def test_problems_shows_a_files_full_and_small_sizes_flops_and_bytes_one_plain_l
 def test_problems_size_option_and_the_bundled_listing(tmp_path):
     result = run_kgen("problems", "softmax", "--size", "small")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["softmax  small  float32  64×1000 → 64×1000  FLOPs 320.00 k  bytes 512.00 kB  "
-                                          "floor no GPU  KGEN_SMALL: batch_size 4096→64, dim 65536→1000"]
-    bundled = run_kgen("problems", "--size", "full").stdout.splitlines()
-    assert [line.split("  ")[0] for line in bundled] == ["conv2d", "conv_relu_maxpool", "layernorm", "matmul", "softmax"]
+    assert [re.split(r"\s{2,}", line.strip()) for line in result.stdout.splitlines()] == [
+        ["problem", "size", "dtype", "inputs → outputs", "FLOPs", "bytes", "floor", "sized by"],
+        ["softmax", "small", "float32", "64×1000 → 64×1000", "320.00 k", "512.00 kB", "no GPU",
+         "KGEN_SMALL: batch_size 4096→64, dim 65536→1000"]]
+    bundled = run_kgen("problems", "--size", "full").stdout.splitlines()[1:]
+    assert [line.split()[0] for line in bundled] == ["conv2d", "conv_relu_maxpool", "layernorm", "matmul", "softmax"]
 
 
 def test_problems_lists_the_good_files_and_one_line_per_bad_one_and_exits_2(tmp_path):
     result = run_kgen("problems", str(PROBLEM_FILES / "reduce_sum_dim.py"), str(tmp_path / "missing.py"),
                       str(PROBLEM_FILES / "no_model.py"))
     assert result.returncode == 2
-    assert [line.split("  ")[:2] for line in result.stdout.splitlines()] == [["reduce_sum_dim", "full"],
+    assert [line.split()[:2] for line in result.stdout.splitlines()[1:]] == [["reduce_sum_dim", "full"],
                                                                              ["reduce_sum_dim", "small"]]
     assert result.stderr.splitlines() == [f"kgen: error: problem file not found: {tmp_path / 'missing.py'}",
                                           f"kgen: error: {PROBLEM_FILES / 'no_model.py'}: not a KernelBench-format "

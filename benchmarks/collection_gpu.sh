@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 30's GPU measure: `kgen eval COLLECTION` over LLM-written KernelBench kernels (the public KernelBench
+# leaderboard's, assembled by benchmarks/assemble_kb_collection.py into benchmarks/collection_kb/, which
+# the device call carries), cold: fresh DB, fresh kgen cache. Writes to $OUT:
+#   collection.log   the progress lines (done/total, outcome counts, ETA) and kgen's notes
+#   summary.txt, summary.md, summary.json, entries.csv   the summary (partial if the time ran out)
+#   figures.txt      wall time, evaluations, evaluations per GPU-hour, GPUs
+#   runs.txt, leaderboard.txt   `kgen runs` and `kgen leaderboard` on the DB (the run shows there)
+#   h100.db          the results DB
+# Usage (device call, carry benchmarks/collection_kb and .devbundle):  bash benchmarks/collection_gpu.sh [LIMIT_S]
+set -uo pipefail
+limit=${1:-480}
+export KGEN_DB=/tmp/collection.db KGEN_CACHE_DIR=/tmp/kgen-cache-collection
+. benchmarks/device_call.sh
+rm -rf "$KGEN_DB" "$KGEN_DB"-* "$KGEN_CACHE_DIR"  # cold: not the DB device_call.sh seeds from .devbundle/h100.db
+coll=${KGEN_COLLECTION:-benchmarks/collection_kb}  # KGEN_COLLECTION: another folder of the same layout (a dry run)
+if [ ! -f "$coll/collection.jsonl" ]; then
+  echo "SKIP: $coll/collection.jsonl is missing: run python benchmarks/assemble_kb_collection.py MIRROR here first" \
+       "and carry benchmarks/collection_kb" | tee "$OUT/figures.txt"
+  exit 0
+fi
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+echo "kgen $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $gpus GPU(s), $(grep -c . "$coll/collection.jsonl") entries" \
+  | tee "$OUT/figures.txt"
+started=$(date +%s.%N)
+timeout -s INT "$limit" python3 -m kgen eval "$coll/collection.jsonl" --kernelbench "$coll" --timeout 120 \
+  --db "$KGEN_DB" > "$OUT/summary.txt" 2> >(quiet_ray > "$OUT/collection.log")
+rc=$?
+ended=$(date +%s.%N)
+sleep 1
+echo "kgen eval exit code $rc (124/130: stopped at ${limit} s; the run resumes with kgen eval --resume)" | tee -a "$OUT/figures.txt"
+python3 - "$KGEN_DB" "$started" "$ended" "$gpus" "$OUT" <<'PY' | tee -a "$OUT/figures.txt"
+import sys
+
+from kgen.collection import entry_results
+from kgen.collection_summary import render, summarize
+from kgen.db import open_db, runs
+
+db, started, ended, gpus, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+database = open_db(db, read_only=True)
+with database.reader() as s:
+    run = max(r.id for r in runs(s))
+results, timed = entry_results(database, run)
+summary = summarize(results, timed)
+for form, name in (("markdown", "summary.md"), ("json", "summary.json"), ("csv", "entries.csv")):
+    open(f"{out}/{name}", "w").write(render(summary, results, form))
+with open(f"{out}/summary.txt", "a+") as f:  # cut off, kgen eval printed none: the (partial) summary here
+    f.seek(0)
+    if not f.read().strip():
+        f.write(render(summary, results, "table"))
+done = sum(r.outcome not in ("pending", "bad_row") for r in results)
+wall = float(ended) - float(started)
+print(f"run {run}: {done} of {len(results)} entries evaluated in {wall:.0f} s wall (cold: fresh DB and cache), "
+      f"{done / (wall / 3600) / max(gpus, 1):.0f} evaluations per GPU-hour on {max(gpus, 1)} GPU(s); "
+      f"outcomes {summary.outcomes}")
+PY
+python3 -m kgen runs --db "$KGEN_DB" > "$OUT/runs.txt" 2>&1
+python3 -m kgen leaderboard --db "$KGEN_DB" --all > "$OUT/leaderboard.txt" 2>&1
+save_db
+tail -40 "$OUT/summary.txt"

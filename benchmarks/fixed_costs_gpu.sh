@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One device call for issue 26: kgen's fixed costs on a GPU, each step on a fresh DB and fresh caches
+# (kgen's, Triton's and Inductor's), with where the seconds went printed and kept under $OUT.
+#   bash benchmarks/fixed_costs_gpu.sh DEADLINE_S [STEP...]
+# Steps (default: all, in this order; each gets the time left, bench last since it writes as it goes):
+#   static   kgen eval of a candidate the static checks reject (tests/candidates/no_kernel.py): ~1 s,
+#            no baselines, no DB, no sandbox, no torch
+#   eval     kgen eval of a Triton starter on a fresh DB (baselines timed), then of another starter with the
+#            baselines in the DB (and its Triton cache cold), then the first starter again (all warm)
+#   search   kgen search --problem softmax --rounds 3 --candidates 8 --language triton (offline proposer):
+#            candidates per GPU-hour of wall time, first result latency, the search's startup figures
+#   bench    kgen bench with its defaults -> $OUT/bench-default/ (bench.md has the table of seconds)
+# Everything printed goes to $OUT/fixed_costs.log too; the JSON of each step is kept under $OUT.
+set -uo pipefail
+deadline=$(( $(date +%s) + ${1:?deadline seconds} )); shift
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(static eval search bench)
+. benchmarks/device_call.sh
+log=$OUT/fixed_costs.log
+left() { echo $(( deadline - $(date +%s) )); }
+fresh() {  # fresh caches for step $1, and a fresh DB path in $db
+  local root=/tmp/fixed-costs/$1; rm -rf "$root"; mkdir -p "$root"
+  export KGEN_CACHE_DIR=$root/kgen-cache TRITON_CACHE_DIR=$root/triton-cache TORCHINDUCTOR_CACHE_DIR=$root/inductor-cache
+  db=$root/results.db
+}
+say() { echo "$@" | tee -a "$log"; }
+eval_json() {  # label, json file, wall seconds: one line of outcome and times, one of the breakdown
+  python3 - "$@" <<'PY' | tee -a "$log"
+import json, sys
+label, path, wall = sys.argv[1], sys.argv[2], float(sys.argv[3])
+try:
+    r = json.load(open(path))
+except (OSError, ValueError) as e:
+    print(f"{label}: no JSON result ({e}); see the log"); sys.exit()
+b = r.get("details", {}).get("breakdown", {})
+print(f"{label}: {r['outcome']} on {r.get('device')}, wall {wall:.1f} s, eval_s {r.get('eval_s') or 0:.1f}, "
+      f"runtime {r.get('runtime_ms')} ms, eager {r.get('eager_ms')} ms, torch.compile {r.get('compile_ms')} ms")
+print("  breakdown (s): " + ", ".join(f"{k} {v:.2f}" for k, v in b.items() if isinstance(v, (int, float))))
+PY
+}
+run_eval() {  # label, candidate, db -> times `kgen eval --json`
+  local label=$1 cand=$2 db=$3 t0 t1
+  t0=$(date +%s.%N)
+  timeout "$(left)" python3 -m kgen eval softmax "$cand" --json --db "$db" >"$OUT/eval-$label.json" 2>>"$OUT/eval-$label.err"
+  t1=$(date +%s.%N)
+  eval_json "$label" "$OUT/eval-$label.json" "$(python3 -c "print($t1 - $t0)")"
+}
+for step in "${steps[@]}"; do
+  t=$(left); [ "$t" -lt 30 ] && { say "== skipped $step (only ${t}s left)"; continue; }
+  say "== $(date +%T) $step (${t}s left)"
+  case $step in
+    static)
+      fresh static
+      run_eval static tests/candidates/no_kernel.py "$db"
+      [ -e "$db" ] && say "  the DB was created: the static reject did more than the static checks" \
+                   || say "  no DB created (no baselines were timed)" ;;
+    eval)
+      fresh eval
+      run_eval cold-fresh-db problems/starters/softmax/triton_online_two_pass.py "$db"
+      run_eval baselines-in-db problems/starters/softmax/triton_row_in_registers.py "$db"
+      run_eval all-warm problems/starters/softmax/triton_online_two_pass.py "$db" ;;
+    search)
+      fresh search
+      started=$(date +%s.%N)
+      timeout -s INT "$(left)" python3 -m kgen search --problem softmax --rounds 3 --candidates 8 --language triton \
+        --proposer offline --db "$db" --quiet 2>&1 | quiet_ray | tee "$OUT/search.log" | tail -6
+      wall=$(python3 -c "print($(date +%s.%N) - $started)")
+      python3 - "$db" "$wall" <<'PY' | tee -a "$log" | tee "$OUT/search-summary.txt"
+import json, sqlite3, sys
+db, wall = sys.argv[1], float(sys.argv[2])
+c = sqlite3.connect(db)
+run_id, settings = c.execute("select id, settings from runs order by id desc limit 1").fetchone()
+n, ok = c.execute("select count(*), sum(e.outcome = 'correct') from evaluations e join candidates k "
+                  "on k.id = e.candidate_id where k.run_id = ? and e.outcome != 'no_code'", (run_id,)).fetchone()
+startup = json.loads(settings or "{}").get("startup", {})
+print(f"search: {n} evaluated, {ok} correct in {wall:.0f} s of wall time (the command's, Python start to exit): "
+      f"{n / wall * 3600:.0f} candidates per GPU-hour of wall time")
+print(f"  first result {startup.get('first_result_s')} s after the search began (the run's own clock; Python start "
+      f"and imports before it are in the wall time)")
+print("  startup (s): " + ", ".join(f"{k} {v}" for k, v in startup.items() if k != "judge_s"))
+print("  judge phases summed (s): " + ", ".join(f"{k} {v:.1f}" for k, v in (startup.get("judge_s") or {}).items()))
+PY
+      ;;
+    bench)
+      fresh bench
+      started=$SECONDS
+      timeout -s INT "$(left)" python3 -m kgen bench --out "$OUT/bench-default" 2>&1 | quiet_ray \
+        | tee "$OUT/bench.log" | grep -E "^  |seconds:" | tee -a "$log"
+      say "kgen bench (defaults, fresh DB, cold caches): $((SECONDS - started)) s wall"
+      [ -f "$OUT/bench-default/bench.md" ] && sed -n '/where the seconds went/,$p' "$OUT/bench-default/bench.md" | tee -a "$log" ;;
+    *) say "unknown step $step" ;;
+  esac
+done
+say "== $(date +%T) done, $(left)s left"
