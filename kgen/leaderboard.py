@@ -209,11 +209,14 @@ def cpu_note(rows: list[LeaderboardRow]) -> Optional[str]:
 def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool = False) -> None:
     """The leaderboard as a table (see fmt.print_table: on a terminal the default view fits its width,
     ids and problem names in full); `wide` shows every column. The best of each group in bold."""
-    fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=title, wide=wide,
-                    styles=["bold" if r.rank == 1 else None for r in rows])
+    # what its CPU rows did not audit: piped, in the title line (the lines below it are the table's own); on a
+    # terminal, after the table, wrapped to its width like a sentence
     note = cpu_note(rows)
-    if note:
-        console.print(note, highlight=False, markup=False, soft_wrap=True)
+    piped = not console.is_terminal
+    fmt.print_table(console, COLUMNS, [row_cells(r) for r in rows], title=f"{title} ({note})" if note and piped
+                    else title, wide=wide, styles=["bold" if r.rank == 1 else None for r in rows])
+    if note and not piped:
+        console.print(note, style="dim", highlight=False, markup=False)
     best_ms = {r.candidate_id: r.runtime_ms for r in rows if r.rank == 1}
     for r in rows:
         if r.tied_with is not None and (best_ms.get(r.tied_with) or 0.0) > r.runtime_ms:

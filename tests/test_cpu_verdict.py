@@ -4,6 +4,7 @@ computed them (kgen.records.CPU_CORRECT). GPU verdicts read as before. (`kgen ev
 tests/test_eval_units.py::test_cli_human_summary.)"""
 
 import json
+import re
 
 from kgen.records import CPU_CORRECT, EvalResult, verdict_label
 
@@ -22,7 +23,10 @@ def test_the_leaderboard_says_it_of_its_cpu_rows_in_every_format(results):
     path, ids = results
     table = run_kgen("leaderboard", "--all", "--db", str(path))
     assert table.returncode == 0, table.stderr
-    assert f"cpu rows: {CPU_CORRECT}" in table.stdout
+    assert f"cpu rows: {CPU_CORRECT}" in table.stdout.splitlines()[0]  # piped: in the title line
+    on_terminal = run_kgen("leaderboard", "--all", "--db", str(path),
+                           env={"TTY_COMPATIBLE": "1", "COLUMNS": "80", "NO_COLOR": "1"}).stdout
+    assert f"cpu rows: {CPU_CORRECT}" in " ".join(re.sub(r"\x1b\[[0-9;]*m", "", on_terminal).split())
     markdown = run_kgen("leaderboard", "--all", "--db", str(path), "--format", "markdown").stdout
     assert f"cpu rows: {CPU_CORRECT}" in markdown
     rows = json.loads(run_kgen("leaderboard", "--all", "--db", str(path), "--format", "json").stdout)
