@@ -6,12 +6,12 @@ Under one deadline, in this order (each evaluation is appended to DIR/judge_cloc
 cut-off call keeps what it did):
 1. the CUDA starters' extensions built in parallel on the CPU (kgen.evaluate.prebuild), so the GPU's
    compile steps find them;
-2. every Triton and CUDA starter of the bundled problems, full size, once: honest, so never flagged;
-3. the class-8 attacks (tests/attacks/c8_*): the four an identity check catches, full size, then the clock
+2. the class-8 attacks (tests/attacks/c8_*): the four an identity check catches, full size, then the clock
    matrix (tests/attack_expectations.CLOCK_MATRIX: ctypes-rewritten elapsed_time and a re-recorded start
    event, shaving 0-50% and 0.05 ms, on softmax small (~50 µs) and full (~1 ms), 20 launches each);
-4. the starters again, up to --runs times each, and the Triton softmax and layernorm starters at the small
-   size (short kernels), while the budget lasts.
+3. every Triton and CUDA starter of the bundled problems, full size (honest, so never flagged), and the
+   Triton softmax and layernorm starters at the small size (short kernels), up to --runs times each,
+   while the budget lasts.
 Then a table per candidate: outcome(s), runtime, the clock gap (the candidate's time beside its events
 minus a do-nothing run's), the noise measured, the threshold, and for attacks what was expected.
 """
@@ -106,8 +106,6 @@ def main() -> None:
             print(f"  {r.message[:1500]}", flush=True)
 
     honest = [(p.parent.name, f"{p.parent.name}/{p.name}", p.read_text()) for p in _starters()]
-    for problem, label, source in honest:
-        evaluate("honest", label, problem, source, "full", "correct")
     attacks = REPO / "tests" / "attacks"
     for name in PINNED_ATTACKS:
         evaluate("attack", name, "softmax", (attacks / f"{name}.py").read_text(), "full",
@@ -127,7 +125,7 @@ def main() -> None:
             elif (attack, size) in honest_ms:
                 caught = shave_must_be_caught(attack, share, ms, size, honest_ms[attack, size], CLOCK_FLOOR_MS)
                 last["expected"] = "suspicious" if caught else "(below the floor: not claimed)"
-    for _ in range(args.runs - 1):
+    for _ in range(args.runs):
         for problem, label, source in honest:
             evaluate("honest", label, problem, source, "full", "correct")
         for problem, label, source in honest:
