@@ -32,7 +32,7 @@ def attempt():
     libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
     me = os.getpid()
     if me > 1000:  # test-machine safety: not in a PID namespace, so never touch the host's processes
-        raise RuntimeError("ESCAPED: no PID namespace (pid %d)" % me)
+        raise RuntimeError("ESCAP" "ED: no PID namespace (pid %d)" % me)
     pids = {os.getppid(), 1} | {int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*")}
     got = []
     for pid in sorted(pids - {me, 0}):
@@ -56,7 +56,7 @@ def attempt():
         if libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) > 0:
             got.append(f"vm_readv {pid}")
     if got:
-        raise RuntimeError("ESCAPED: " + "; ".join(got))
+        raise RuntimeError("ESCAP" "ED: " + "; ".join(got))
 
 
 class ModelNew(nn.Module):

