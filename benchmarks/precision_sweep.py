@@ -22,6 +22,8 @@ trials: model from one seed, inputs from fresh seeds, the last trial's floating 
     cores do), accumulated in fp32;
   * fp16: the model and inputs in float16, its output cast back (n/a where an op has no fp16 kernel);
   * eager_default (CUDA only): the forward with torch's default flags (cuDNN allows TF32 by default).
+On CUDA the extras run on the first and the ×100 trial only (the GPU's minutes go to covering every file);
+--budget-s stops starting files, and --resume runs only those an earlier run did not finish.
 Writes precision_sweep.json and precision_sweep.md under --out (default $OUT, else
 benchmarks/results/precision-<device>). Exit 0 when torch's fp32 passed every trial of every file done.
 """
@@ -129,6 +131,11 @@ def _judged(outs, refs, owns, dtype, rtol):
     return ok, norm, elem, message[:300]
 
 
+def _extras_on(device: str, t: int) -> bool:
+    """On CUDA the extras run on the first and the ×100 trial only: the GPU's minutes go to every file."""
+    return device != "cuda" or t in (0, len(SCALES) - 1)
+
+
 def check_one(path: str, device: str, size: str, extras: bool, emit) -> dict:
     """One file's trials (module docstring); `emit(row)` is called with the row so far after each stage."""
     sys.path.insert(0, str(ROOT))
@@ -153,7 +160,7 @@ def check_one(path: str, device: str, size: str, extras: bool, emit) -> dict:
             refs, owns = verify.reference_and_own_error(model, model64, inputs)
             fp32 = verify.dtype_outputs(model, inputs)
             size = sum(x.numel() * x.element_size() for x in [*inputs, *refs, *fp32] if isinstance(x, torch.Tensor))
-            if extras and kept_bytes + size <= KEEP_BYTES:  # the extras need them again: keep, or make them again
+            if extras and _extras_on(device, t) and kept_bytes + size <= KEEP_BYTES:  # needed again: keep, or remake
                 kept[t], kept_bytes = (inputs, refs, owns, fp32), kept_bytes + size
             dtype = dtype or next((o.dtype for o in fp32 if isinstance(o, torch.Tensor)), torch.float32)
             rtol = verify.default_rtol(dtype)
@@ -173,6 +180,8 @@ def check_one(path: str, device: str, size: str, extras: bool, emit) -> dict:
         emit(row)
         if extras:
             for t, (seed, scale) in enumerate(zip(TRIAL_SEEDS, SCALES)):
+                if not _extras_on(device, t):
+                    continue
                 trial = row["trials"][t]
                 if t in kept:
                     inputs, refs, owns, fp32 = kept.pop(t)
@@ -426,6 +435,8 @@ def main() -> int:
     p.add_argument("--file-timeout-s", type=float, help="per file (default 600 on cpu, 40 on cuda)")
     p.add_argument("--budget-s", type=float, default=0, help="start no file after this many seconds (0: no limit)")
     p.add_argument("--no-extras", action="store_true", help="only the reference and torch's fp32 forward")
+    p.add_argument("--resume", metavar="JSON", help="keep the rows of an earlier run's precision_sweep(.partial).json "
+                                                    "that finished (done, slow, error); run the others")
     p.add_argument("--out", help="folder for the JSON and the table (default $OUT, else benchmarks/results/...)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -448,10 +459,17 @@ def main() -> int:
         if not files:
             print("precision_sweep: no problem files found", file=sys.stderr)
             return 2
+        rows: dict[str, dict] = {}
+        if args.resume:
+            earlier = json.loads(Path(args.resume).read_text())
+            earlier = earlier["rows"] if isinstance(earlier, dict) else earlier
+            finished = {f"{r['level']}/{r['name']}": r for r in earlier if r.get("status") != "skipped: budget"}
+            rows = {f: finished[f"{Path(f).parent.name}/{Path(f).stem}"] for f in files
+                    if f"{Path(f).parent.name}/{Path(f).stem}" in finished}
         todo: queue.Queue = queue.Queue()
         for f in files:
-            todo.put(f)
-        rows: dict[str, dict] = {}
+            if f not in rows:
+                todo.put(f)
         lock = threading.Lock()
         started = time.monotonic()
 
