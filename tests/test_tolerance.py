@@ -209,3 +209,14 @@ def test_kgen_eval_says_where_torch_fp32_overflowed(evals):
     lines = eval_lines(None, EvalResult(**evals["triton_cumprod"]))  # what `kgen eval` prints (kgen show too)
     assert any(line.startswith("torch float32 itself: normwise") and "Inf/NaN where float64 is finite on 1 trial"
                in line for line in lines), lines
+
+
+def test_kgen_show_prints_torchs_own_error_and_any_overflow():
+    from kgen import fmt
+
+    details = {"torch_own_error": {"dtype": "float32", "factor": 4.0, "norm_rel_err": 2.5e-6, "elem_err": 3e-4,
+                                   "trials": [{"overflow": 0}] * 4 + [{"overflow": 12}]}}
+    assert fmt.torch_itself(details) == ("torch float32 itself: normwise 2.5e-06, elementwise 0.0003 (worst of 5 "
+                                         "trials); Inf/NaN where float64 is finite on 1 trial(s), those elements "
+                                         "not compared")
+    assert fmt.torch_itself({}) == fmt.MISSING  # evaluations stored before issue 33
