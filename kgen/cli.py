@@ -341,6 +341,8 @@ def eval_lines(problem, result) -> list[str]:
     if result.norm_rel_err is not None:
         lines.append(f"error: normwise {result.norm_rel_err:.3g}, max abs {result.max_abs_err:.3g}, "
                      f"max rel {result.max_rel_err:.3g} (rtol {fmt.tol(result.rtol)}, atol {fmt.tol(result.atol)})")
+    if result.details.get("torch_own_error"):
+        lines.append(fmt.torch_itself(result.details))
     if result.torch_ops:
         lines.append(f"torch operators still called: {', '.join(result.torch_ops)}")
     if result.runtime_ms is not None:

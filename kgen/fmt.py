@@ -77,6 +77,21 @@ def proposer(name: str, model: Optional[str]) -> str:
     return f"{name}/{model}" if model else name
 
 
+def torch_itself(details: Optional[dict]) -> str:
+    """torch's own error in the problem's dtype against float64, worst over an evaluation's trials (the
+    judge's details, kgen.verify): the bar a candidate is held to is never below it."""
+    own = (details or {}).get("torch_own_error")
+    if not isinstance(own, dict) or not isinstance(own.get("norm_rel_err"), (int, float)):
+        return MISSING
+    trials = own.get("trials") if isinstance(own.get("trials"), list) else []
+    text = (f"torch {own.get('dtype', 'float32')} itself: normwise {own['norm_rel_err']:.2g}, elementwise "
+            f"{float(own.get('elem_err') or 0.0):.2g} (worst of {len(trials)} trials)")
+    overflows = [t for t in trials if isinstance(t, dict) and t.get("overflow")]
+    if overflows:
+        text += f"; Inf/NaN where float64 is finite on {len(overflows)} trial(s), those elements not compared"
+    return text
+
+
 def build_notes(details: Optional[dict]) -> str:
     """What kgen changed in an evaluation's CUDA builds (architecture flags it replaced), from its
     details: the compile stage's builds and the evaluation's own, each note once."""

@@ -257,13 +257,15 @@ class SpareRunners:
 
 @dataclass
 class Trial:
-    """One verification call's inputs, drawn from `seed` (×`scale` for floating inputs), and their
-    float64 references: made when first needed and dropped when the next trial's are made, so the
-    judge holds one trial's tensors at a time, however many trials there are."""
+    """One verification call's inputs, drawn from `seed` (×`scale` for floating inputs), their float64
+    references and torch's own error in the problem's dtype (kgen.verify.OwnError): made when first
+    needed and dropped when the next trial's are made, so the judge holds one trial's tensors at a
+    time, however many trials there are."""
 
     seed: int
     scale: float
-    _made: Optional[tuple[list[Any], list[torch.Tensor]]] = field(default=None, repr=False)
+    _made: Optional[tuple[list[Any], list[torch.Tensor], list[Optional[verify.OwnError]]]] = \
+        field(default=None, repr=False)
 
     @property
     def inputs(self) -> list[Any]:
@@ -272,6 +274,10 @@ class Trial:
     @property
     def references(self) -> list[torch.Tensor]:
         return self._made[1]
+
+    @property
+    def own_errors(self) -> list[Optional[verify.OwnError]]:
+        return self._made[2]
 
 
 @dataclass
@@ -385,16 +391,40 @@ class Judge:
                 self._current_trial._made = None
             try:
                 inputs = self.problem.make_inputs(trial.seed, self.device, trial.scale)
-                trial._made = (inputs, self.references(inputs))
+                trial._made = (inputs, *self.references(inputs))
+                self.note_own_error(trial)
             except torch.OutOfMemoryError as e:
                 raise HarnessFault(f"the reference ran out of GPU memory: {str(e).splitlines()[0]}") from e
             self._current_trial = trial
         return trial
 
-    def references(self, inputs: list[Any]) -> list[torch.Tensor]:
-        with torch.no_grad():
-            outs = self.reference64(*[verify.to_float64(x) for x in inputs])
-        return [o.detach() for o in verify.as_outputs(outs)]
+    def references(self, inputs: list[Any]) -> tuple[list[torch.Tensor], list[Optional[verify.OwnError]]]:
+        """The float64 outputs, and the error of the reference's own forward in its dtype against them
+        (TF32 off): the bar a candidate is held to is never below what torch itself achieves."""
+        return verify.reference_and_own_error(self.reference, self.reference64, inputs)
+
+    def note_own_error(self, trial: Trial) -> None:
+        """torch's own error on this trial, for the details (`kgen show`); an overflow is said, not hidden."""
+        own = self.evidence.details.get("torch_own_error")
+        if own is None:
+            own = self.evidence.details["torch_own_error"] = {"dtype": self.problem.dtype,
+                                                              "factor": verify.OWN_ERROR_FACTOR, "trials": []}
+        seen = own["trials"]
+        if any(t["seed"] == trial.seed for t in seen):
+            return
+        errors = [e for e in trial.own_errors if e is not None]
+        row = {"seed": trial.seed, "scale": trial.scale,
+               "norm_rel_err": max((e.norm_rel_err for e in errors), default=0.0),
+               "elem_err": max((e.elem_err for e in errors), default=0.0),
+               "overflow": sum(e.overflow for e in errors)}
+        seen.append(row)
+        for name in ("norm_rel_err", "elem_err"):
+            own[name] = max(own.get(name, 0.0), row[name])
+        if row["overflow"]:
+            own.setdefault("overflow_notes", []).append(
+                f"trial {len(seen)} (seed {trial.seed}, inputs ×{trial.scale:g}): torch's own forward in the "
+                f"problem's dtype is Inf/NaN at {row['overflow']} elements where float64 is finite; those "
+                "elements were not compared (the candidate's may be anything there but a NaN torch does not make)")
 
     def reference_profile(self, inputs: list[Any]) -> None:
         """The reference's outputs (shapes, dtypes) and its work, measured as the runner measures the
@@ -686,7 +716,8 @@ class Judge:
             if problem:
                 results.append(verify.Comparison(False, problem, rtol=self.rtol))
                 continue
-            results.append(verify.compare(self.region(self.output_regions[k]), ref, dtype, self.rtol, label))
+            results.append(verify.compare(self.region(self.output_regions[k]), ref, dtype, self.rtol, label,
+                                          own=trial.own_errors[k]))
         return results
 
     def ablation(self, slot: RunnerSlot, trials: list[Trial], ablated: str) -> None:
@@ -856,7 +887,7 @@ class Judge:
                 check_every = max(1, expected_runs // CHECKED_TIMED_RUNS)
             if secrets.randbelow(check_every) == 0:  # which runs are checked is decided after they ran
                 checked += 1
-                trial = Trial(seed, 1.0, (inputs, self.references(inputs)))
+                trial = Trial(seed, 1.0, (inputs, *self.references(inputs)))
                 for c in self.check_outputs(reply, trial, "timed run: "):
                     if not c.ok:
                         raise Verdict(Outcome.INCORRECT, f"timed run {len(elapsed)} (fresh inputs, seed {seed}): "

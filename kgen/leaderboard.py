@@ -488,6 +488,7 @@ def render_detail(detail: CandidateDetail, console) -> None:
         ("roofline", lambda e: fmt.pct(e.roofline_pct)),
         ("max abs err", lambda e: "-" if e.max_abs_err is None else f"{e.max_abs_err:.2e}"),
         ("tolerance", lambda e: f"rtol {fmt.tol(e.rtol)}, atol {fmt.tol(e.atol)}"),
+        ("torch itself", lambda e: fmt.torch_itself(e.details)),
         ("torch ops", lambda e: ", ".join(e.torch_ops or []) or "-"),
         ("build", lambda e: fmt.build_notes(e.details)),
         ("versions", lambda e: ", ".join(f"{k} {v}" for k, v in (("torch", e.torch_version),

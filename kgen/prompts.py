@@ -20,6 +20,8 @@ The variables every template sees (see `prompt_context`):
   profiles_note  one line: what the profiles are, or that they are off on this machine (no GPU)
   failures       recent failures, newest first: {id, language, source, idea, outcome, message}
   ideas_that_worked, round_index, correct_count, tried_count
+  tolerance_rule the judge's tolerance rule in words (kgen.verify.tolerance_rule_text: the judge's own
+                 rule, for the problem's dtype and rtol, the default rtol unless one is given)
   failure        (repair.j2 only) the failure to fix, as in `failures`
   state_dict     the reference's parameters and buffers as `name (shape dtype)`, in state-dict order
   facts          kgen.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
@@ -97,10 +99,14 @@ def reference_state(problem: Problem) -> list[str]:
             for name, t in state.items() if isinstance(t, torch.Tensor)]
 
 
-def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0) -> dict[str, Any]:
+def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0,
+                   rtol: Optional[float] = None) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
+    from kgen.verify import tolerance_rule_text
+
     roof, ceil = history.roofline, history.ceilings
     return {
+        "tolerance_rule": tolerance_rule_text(problem.dtype, rtol),
         "problem": {"name": problem.name, "size": problem.size, "source": reference_source(problem),
                     "inputs": [str(s) for s in problem.input_specs()],
                     "outputs": [str(s) for s in problem.output_specs()], "dtype": problem.dtype},

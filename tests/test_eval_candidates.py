@@ -61,6 +61,7 @@ EXPECTED = {
     "cuda_compile_error": "compile_error",
 }
 GPU_ONLY = {"cuda_illegal_address"}
+ELSEWHERE = {"honest_fp32_attention", "tf32_matmul", "triton_cumprod"}  # other problems: test_tolerance.py
 # through the CLI too: one of each kind of ending
 CLI_CHECKED = ["good_triton_softmax", "cuda_light_softmax", "torch_softmax_token", "low_precision", "segfault",
                "infinite_loop", "reads_secrets", "syntax_error"]
@@ -113,7 +114,7 @@ def cli_results(eval_home, api_results):
 
 def test_every_candidate_file_is_covered():
     names = {p.stem for p in CANDIDATES.glob("*.py")}
-    assert names == set(EXPECTED) | GPU_ONLY
+    assert names == set(EXPECTED) | GPU_ONLY | ELSEWHERE
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

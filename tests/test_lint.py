@@ -22,7 +22,6 @@ NOT_YET_CLEAN = {
     "kgen/roofline.py",
     "kgen/sandbox.py",
     "kgen/search.py",
-    "kgen/verify.py",
     "problems/starters/conv2d/cuda_implicit_gemm.py",
     "problems/starters/conv2d/triton_3xtf32_padded.py",
     "problems/starters/conv_relu_maxpool/cuda_fused_band.py",
