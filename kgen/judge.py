@@ -384,8 +384,23 @@ class Judge:
         self._current_trial: Optional[Trial] = None
         return [Trial(seed, scale) for seed, scale in zip(seeds, scales)]
 
+    @contextlib.contextmanager
+    def judge_work(self):
+        """The judge's own work (drawing inputs, the float64 references and torch's own run in the dtype,
+        checking outputs) is not charged to the candidate's time limit: at the full size on a CPU it takes
+        tens of seconds a trial, and charged it reported `timeout` for candidates that had not run."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.deadline += time.monotonic() - started
+
     def make(self, trial: Trial) -> Trial:
-        """Draw `trial`'s inputs and references (freeing the previous trial's first)."""
+        """Draw `trial`'s inputs and references (freeing the previous trial's first); judge_work."""
+        with self.judge_work():
+            return self._make(trial)
+
+    def _make(self, trial: Trial) -> Trial:
         if trial._made is None:
             if self._current_trial is not None:
                 self._current_trial._made = None
@@ -704,7 +719,11 @@ class Judge:
 
     def check_outputs(self, report: dict[str, Any], trial: Trial, label_prefix: str = "") -> list[verify.Comparison]:
         """Compare what the runner delivered with the trial's float64 references; the runner's
-        description decides only which message a mismatch gets."""
+        description decides only which message a mismatch gets. judge_work: not the candidate's time."""
+        with self.judge_work():
+            return self._check_outputs(report, trial, label_prefix)
+
+    def _check_outputs(self, report: dict[str, Any], trial: Trial, label_prefix: str) -> list[verify.Comparison]:
         described = report.get("outputs") if isinstance(report.get("outputs"), list) else []
         if len(described) != len(self.expected):
             raise Verdict(Outcome.INCORRECT, f"{label_prefix}forward returned {len(described)} output(s), "
@@ -887,7 +906,8 @@ class Judge:
                 check_every = max(1, expected_runs // CHECKED_TIMED_RUNS)
             if secrets.randbelow(check_every) == 0:  # which runs are checked is decided after they ran
                 checked += 1
-                trial = Trial(seed, 1.0, (inputs, *self.references(inputs)))
+                with self.judge_work():
+                    trial = Trial(seed, 1.0, (inputs, *self.references(inputs)))
                 for c in self.check_outputs(reply, trial, "timed run: "):
                     if not c.ok:
                         raise Verdict(Outcome.INCORRECT, f"timed run {len(elapsed)} (fresh inputs, seed {seed}): "

@@ -105,8 +105,9 @@ class SearchSummary:
 
 FULL_SIZE_ON_CPU_NOTE = (
     "the full size without a GPU: at this size the judge's own work on a CPU (float64 reference outputs, "
-    "checking each output against them) takes tens of seconds per trial, and that time counts against --timeout "
-    "(measured: --timeout 10 reported after 54 s, the candidate never run); --size small is the size for a CPU")
+    "checking each output against them) takes tens of seconds per trial, so results come minutes after "
+    "--timeout would suggest (that work is not charged to the candidate's --timeout); --size small is the size "
+    "for a CPU")
 
 
 def no_gpu_note(language: str) -> str:
