@@ -20,7 +20,7 @@ from rich.text import Text
 
 from kgen import fmt
 from kgen.promotion import RuntimeSpread, promoted_best, samples_of, spread_of
-from kgen.records import EvalResult, verdict_label
+from kgen.records import CPU_CORRECT, EvalResult, verdict_label
 
 
 @dataclass
@@ -220,7 +220,7 @@ class LiveProgress(SearchProgress):
         failed = ", ".join(f"{k} {v}" for k, v in sorted(c.outcomes.items()) if k != "correct") or "none"
         table.add_row("outcomes", f"[green]{c.outcomes['correct']} correct[/green] · failed: {failed}")
         if c.best_candidate_id is not None and c.best_speedup_eager is None:
-            table.add_row("best", f"candidate {c.best_candidate_id} (correct; untimed: no GPU)")
+            table.add_row("best", f"candidate {c.best_candidate_id}: {CPU_CORRECT}; untimed: no GPU")
         else:
             table.add_row("best", f"{fmt.speedup(c.best_speedup_eager)} vs eager · "
                                   f"{fmt.speedup(c.best_speedup_compile)} vs torch.compile"
@@ -277,7 +277,8 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
     if summary.best_id is None:
         lines.append("best: no correct candidate yet")
     elif summary.best_runtime_ms is None:
-        lines.append(f"best: candidate {summary.best_id} (correct; untimed: no GPU, so no speedups or roofline %)")
+        verdict = verdict_label("correct", getattr(summary, "device", None))
+        lines.append(f"best: candidate {summary.best_id}: {verdict}; untimed: no GPU, so no speedups or roofline %")
     else:
         roofline = (f", {fmt.pct(summary.best_roofline_pct)} of roofline"
                     if summary.best_roofline_pct is not None else "")

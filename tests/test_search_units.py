@@ -107,6 +107,15 @@ def test_summary_names_the_winner_its_speedups_and_the_export_command():
     assert "export: kgen export 42 -o softmax_kernel.py" in text
 
 
+def test_a_cpu_search_summary_says_what_its_correct_did_not_audit():
+    summary = SearchSummary(run_id=4, status="finished", problem="softmax", device="cpu", rounds_done=3,
+                            rounds_planned=3, candidates=12, correct=12, best_id=1, tokens_in=0, tokens_out=0,
+                            wall_s=64)
+    text = "\n".join(summary_lines(summary))
+    assert ("best: candidate 1: correct (CPU: outputs checked; who did the work not audited); untimed: no GPU, "
+            "so no speedups or roofline %") in text
+
+
 def test_settings_stored_in_a_run_give_back_the_same_config():
     config = SearchConfig(problem="softmax", rounds=3, candidates=4, proposer="offline", size="small", seed=9)
     stored = dict(asdict(config), added_by_a_later_kgen=True)
