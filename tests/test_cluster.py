@@ -341,11 +341,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> RayCluster:
-    """A head node with one CPU (the driver attaches to it; it compiles, never evaluates) and a node with two
-    CPUs and one `kgen_gpu`, joined with a token."""
-    home = tmp_path_factory.mktemp("cluster")
+@contextlib.contextmanager
+def _token_cluster(home: Path):
+    """The setting of a Ray cluster on 127.0.0.1 whose nodes join with a token: (env, address, port, start, nodes),
+    where start(name, args) starts a node (logging to home/name.log) and keeps it in nodes. Every node is stopped,
+    last first, and Ray's temp folder removed on exit."""
     token_file = home / "auth_token"
     token_file.write_text(secrets.token_hex(32))
     ray_tmp = tempfile.mkdtemp(prefix="kgen-ray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
@@ -357,22 +357,29 @@ def cluster(tmp_path_factory) -> RayCluster:
     common = ["--temp-dir", ray_tmp, "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     nodes: list[RayNode] = []
 
-    def add_node(name: str, cpus: int, resources: dict) -> RayNode:
-        node = RayNode.start(["--address", address, "--num-cpus", str(cpus), "--resources", json.dumps(resources),
-                              *common], env, home / f"{name}.log")
-        nodes.append(node)
-        return node
+    def start(name: str, args: list[str]) -> RayNode:
+        nodes.append(RayNode.start([*args, *common], env, home / f"{name}.log"))
+        return nodes[-1]
 
     try:
-        head = RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
-                              *common], env, home / "head.log")
-        nodes.append(head)
-        gpu_node = add_node("gpu_node", 2, {EVALUATOR_RESOURCE: 1})
-        yield RayCluster(address, env, head, gpu_node, add_node)
+        yield env, address, port, start, nodes
     finally:
         for node in reversed(nodes):
             node.stop()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> RayCluster:
+    """A head node with one CPU (the driver attaches to it; it compiles, never evaluates) and a node with two
+    CPUs and one `kgen_gpu`, joined with a token."""
+    with _token_cluster(tmp_path_factory.mktemp("cluster")) as (env, address, port, start, _):
+        def add_node(name: str, cpus: int, resources: dict) -> RayNode:
+            return start(name, ["--address", address, "--num-cpus", str(cpus), "--resources", json.dumps(resources)])
+
+        head = start("head", ["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false"])
+        gpu_node = add_node("gpu_node", 2, {EVALUATOR_RESOURCE: 1})
+        yield RayCluster(address, env, head, gpu_node, add_node)
 
 
 def _kgen(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -490,31 +497,13 @@ class CpuCluster:
 @pytest.fixture(scope="module")
 def cpu_cluster(tmp_path_factory) -> CpuCluster:
     """Two nodes of one CPU each and no GPU (nor kgen_gpu): every evaluator runs on CPUs, joined with a token."""
-    home = tmp_path_factory.mktemp("cpu_cluster")
-    token_file = home / "auth_token"
-    token_file.write_text(secrets.token_hex(32))
-    ray_tmp = tempfile.mkdtemp(prefix="kgen-ray-", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0",
-               KGEN_CACHE_DIR=str(home / "kgen-cache"))
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    common = ["--temp-dir", ray_tmp, "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-    nodes: list[RayNode] = []
+    with _token_cluster(tmp_path_factory.mktemp("cpu_cluster")) as (env, address, port, start, nodes):
+        def add_node(name: str, cpus: int) -> RayNode:
+            return start(name, ["--address", address, "--num-cpus", str(cpus)])
 
-    def add_node(name: str, cpus: int) -> RayNode:
-        nodes.append(RayNode.start(["--address", address, "--num-cpus", str(cpus), *common], env, home / f"{name}.log"))
-        return nodes[-1]
-
-    try:
-        nodes.append(RayNode.start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false",
-                                    *common], env, home / "head.log"))
+        start("head", ["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard", "false"])
         add_node("worker", 1)
         yield CpuCluster(address, env, nodes, add_node)
-    finally:
-        for node in reversed(nodes):
-            node.stop()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _search_finishes(cluster, db: Path, candidates: int = 2) -> list[tuple[int, str, dict]]:
