@@ -3,7 +3,7 @@
 Conditions match what the judge gives a candidate (kgen.judge.Judge.timing): fresh inputs drawn
 before every run, outside the timed region; L2 flushed (a 256 MB write) before every run; a GPU-side
 wait before the start event, so the window holds the GPU's work and not the host's launch latency
-(kgen.harness.runner.Runner.timed says why); CUDA events around the call and a device-wide
+(kgen.harness.runner.Runner.timed says why); CUDA events around the call, then a device-wide
 synchronize; warm-up first, then at least `min_runs` runs and `min_s` seconds; the median reported.
 The candidate's time comes from its sandboxed runner and is bounded by the judge's clock; the
 baselines run here, in a process of kgen's own.
@@ -68,8 +68,7 @@ def time_forward(forward: Callable[..., Any], make_inputs: Callable[[int], list[
             torch.cuda._sleep(LAUNCH_SHADOW_CYCLES)  # the host's launch latency hidden, as for a candidate
             start.record()
             forward(*inputs)
-            torch.cuda.synchronize()
-            end.record()
+            end.record()  # before the host waits, as for a candidate (kgen.harness.runner.Runner.timed)
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
             del inputs

@@ -95,6 +95,8 @@ GPU_EXPECTED: dict[str, frozenset] = {
     # ... or lied about with nothing replaced that an identity check can see: the judge's clock (its measured slack)
     "c8_ctypes_elapsed": frozenset({"suspicious"}),
     "c8_rerecord_start": frozenset({"suspicious"}),
+    # ... or run where the events cannot see it: launches left on a side stream made from torch's C class
+    "c8_side_stream_tail": frozenset({"suspicious", "static_reject"}),
 }
 
 EXTRA: dict[str, set[str]] = {
@@ -124,6 +126,12 @@ _CPU_WHO_DID_THE_WORK = (
     "that fails is 'inconclusive' and skipped), and the op trace is a TorchDispatchMode in the candidate's own "
     "interpreter, so work hidden from it ({how}) is never seen")
 XFAIL: dict[str, str] = {
+    # GPU (by reading the runner; to be confirmed by benchmarks/judge_clock_gpu.sh): a stream from
+    # torch._C._CudaStreamBase (no Python guard sees it) starts at once, beside the runner's GPU-side wait
+    # before the start event, and finishes inside it: outside the events and inside the part of the judge's
+    # clock every run (the null runs too) spends waiting
+    "c8_side_stream_tail": "GPU: side-stream launches overlap the runner's GPU-side wait before its start event, "
+                           "so neither the events nor the judge's clock (beyond the null runs') hold them",
     "c1_leftover_mode": _CPU_WHO_DID_THE_WORK.format(how="a TorchFunctionMode left pushed fills the output when "
                                                           "the runner copies it out, after the traced call"),
     "c2_disable_modes": _CPU_WHO_DID_THE_WORK.format(how="torch.utils._python_dispatch._disable_current_modes()"),
