@@ -114,7 +114,7 @@ def main() -> None:
     for name in PINNED_ATTACKS:
         evaluate("attack", name, "softmax", (attacks / f"{name}.py").read_text(), "full",
                  "/".join(sorted(GPU_EXPECTED[name])))
-    honest_ms: dict[tuple[str, str], float] = {}
+    honest_ms: dict[tuple[str, str], tuple[float, float]] = {}
     for size in ("small", "full"):
         for attack, share, ms in CLOCK_MATRIX:
             label = f"{attack} shave {share:.0%}+{ms}ms"
@@ -125,9 +125,10 @@ def main() -> None:
             if share == 0 and ms == 0:
                 last["expected"] = "correct"
                 if last["runtime_ms"]:
-                    honest_ms[attack, size] = last["runtime_ms"]
+                    honest_ms[attack, size] = (last["runtime_ms"], last["watched_ms"] or 0.0)
             elif (attack, size) in honest_ms:
-                caught = shave_must_be_caught(attack, share, ms, size, honest_ms[attack, size], CLOCK_FLOOR_MS)
+                caught = shave_must_be_caught(attack, share, ms, size, *honest_ms[attack, size][:1], CLOCK_FLOOR_MS,
+                                              honest_ms[attack, size][1])
                 last["expected"] = "suspicious" if caught else "(below the floor: not claimed)"
     for _ in range(args.runs):
         for problem, label, source in honest:

@@ -69,17 +69,19 @@ MAX_RUNS = 10_000
 MAX_TIMED_S = 1.0  # past min_runs, timing stops here even short of min_s (short kernels: thousands of runs)
 CHECKED_TIMED_RUNS = 8  # timed outputs the judge verifies, at random, on fresh inputs
 CALIBRATION_RUNS = 20  # timed runs of kgen's do-nothing forward, before any candidate code: the overhead
-WATCHED_SHARE, WATCHED_SLACK_MS = 0.7, 0.05  # timed median this far below the profiled forward's kernels: suspicious
+# timed median this far below the CUPTI-profiled forward's kernel time: suspicious. Honest kernels on the H100
+# (65 evaluations of the 23 starters, benchmarks/judge_clock_gpu.sh) time at 0.984-1.04x their profiled kernels
+WATCHED_SHARE, WATCHED_SLACK_MS = 0.9, 0.01
 NULL_RUN_EVERY = 3  # during timing, one do-nothing run on the reference runner per this many candidate runs
 MIN_INTERLEAVED_NULL_RUNS = 10
 TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and use less than half the GPU time
 # The clock check (clock_check): a runner whose event times fall short of the judge's clock by more than
 # the null runs' overhead plus CLOCK_SIGMAS standard errors of that difference, and at least CLOCK_FLOOR_MS, is
-# `suspicious`; never more lenient than the constant slack it replaced (10% + 0.1 ms)
+# `suspicious`. The floor is measured: on the H100 an honest candidate's runner and the reference runner differ
+# by a per-evaluation offset of up to 0.41 ms (65 honest evaluations; -0.41 to +0.39 ms), far beyond the
+# standard errors within one evaluation, so a floor of 15 us flagged 3 of the 65 (benchmarks/RESULTS.md)
 CLOCK_SIGMAS = 6.0
-CLOCK_FLOOR_MS = 0.015
-CLOCK_SLACK_SHARE = 0.1
-CLOCK_SLACK_MS = 0.1
+CLOCK_FLOOR_MS = 0.6
 # ... and without the reference runner's interleaved runs, whose overhead is measured before the candidate was
 # loaded: GPU clocks and load drift by ±0.2 ms between then and the timing (seen on the H100)
 DRIFT_SLACK_SHARE = 0.25
@@ -104,12 +106,17 @@ class HarnessFault(Exception):
     """The judge or the sandbox failed, not the candidate: the outcome is harness_error."""
 
 
-def build_key(source: str, arch: Optional[str]) -> str:
-    """Where a source's compiled kernels live: one directory per (source, GPU arch, versions). The CPU
-    compile stage and the GPU's judge compute the same key (the search pins the arch for both)."""
+def build_key(source: str, arch: Optional[str], shapes: str = "") -> str:
+    """Where a source's compiled kernels live: one directory per (source, GPU arch, versions, and for
+    Triton the input shapes). The CPU compile stage and the GPU's judge compute the same key (the search
+    pins the arch for both). Triton compiles a kernel per specialization (its constexprs, which integer
+    arguments are 1 or multiples of 16), so kernels compiled for one size are not those another size
+    needs, and the runner may not compile: keyed without the shapes, `--size small` after `--size full`
+    of the same source was a runtime_error."""
     import triton
 
-    payload = "\0".join([source, arch or "cpu", torch.__version__, str(torch.version.cuda), triton.__version__])
+    parts = [source, arch or "cpu", torch.__version__, str(torch.version.cuda), triton.__version__]
+    payload = "\0".join(parts + ([shapes] if shapes else []))
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
@@ -297,6 +304,7 @@ class Judge:
                  spares: Optional[SpareRunners] = None):
         self.problem, self.source, self.language, self.settings, self.mode = problem, source, language, settings, mode
         self.spares = spares
+        self.input_signature = ""  # part of the build key for Triton (build_key says why); set by run()
         self.device = torch.device(settings.device)
         self.gpu = self.device.type == "cuda"
         if self.gpu:
@@ -539,7 +547,7 @@ class Judge:
     def build_dir(self) -> Path:
         # a CUDA source's builds depend on the target arch even where nothing runs (nvcc checks it for one)
         arch = self.settings.cuda_arch if self.gpu or torch.version.cuda or self.language == "cuda" else None
-        return builds_root() / build_key(self.source, arch)
+        return builds_root() / build_key(self.source, arch, self.input_signature)
 
     def compile_step(self, job: RunnerJob, ablated: Optional[str]) -> Path:
         """The sandboxed process that may start compilers: it imports and calls the candidate (and its
@@ -871,8 +879,11 @@ class Judge:
                                                  f"kernels that are not its own ({others})")
         if runtime_ms is not None and runtime_ms < WATCHED_SHARE * watched_ms - WATCHED_SLACK_MS:
             raise Verdict(Outcome.SUSPICIOUS, f"its timed runs took {runtime_ms:.4g} ms, but the forward the judge "
-                                              f"profiled ran {watched_ms:.4g} ms of GPU kernels: it does less work "
-                                              "when it is not watched", runtime_ms=runtime_ms)
+                                              f"profiled ran {watched_ms:.4g} ms of GPU kernels (honest kernels "
+                                              "time at "
+                                              "0.98x or more of their profile): its timed runs leave work out of "
+                                              "their events, or it does less work when it is not watched",
+                                  runtime_ms=runtime_ms)
 
     # -- timing --------------------------------------------------------------------------------------
 
@@ -966,6 +977,9 @@ class Judge:
         try:
             trials = self.make_trials()
             self.reference_profile(self.make(trials[0]).inputs)
+            if self.language != "cuda":  # nvcc's builds do not depend on the shapes (and the CPU stage shares them)
+                self.input_signature = ";".join(
+                    f"{tuple(x.shape)}:{x.dtype}" if isinstance(x, torch.Tensor) else repr(x) for x in trials[0].inputs)
             job = self.make_arena(trials[0].inputs)
             self.phase("reference_s")
             self.deadline = time.monotonic() + self.settings.timeout_s  # the candidate's time starts now
@@ -1081,15 +1095,16 @@ def clock_check(beside_ms: list[float], null_beside_ms: list[float], median_ms: 
     kernels took has a median higher by s·T + c. The gap is the difference of the two medians; its noise
     the standard error of that difference (each median's from its MAD, robust to the slow runs a context
     switch makes). The threshold is CLOCK_SIGMAS standard errors (a gap that large is not chance: honest
-    runs are never flagged for noise), and at least CLOCK_FLOOR_MS, which covers what two processes can
-    differ by systematically (their caches and wake-ups; the H100 figures are in
-    benchmarks/judge_clock_gpu.sh's output). It is never above the constant slack it replaced
-    (CLOCK_SLACK_SHARE of the median + CLOCK_SLACK_MS). With a few hundred runs the noise is a few
-    microseconds, so the threshold is the floor: a 5% shave of a 1 ms kernel (50 µs) and a 50% shave of a
-    50 µs kernel (25 µs) are both beyond it."""
+    runs are never flagged for noise), and at least CLOCK_FLOOR_MS, which covers what two processes differ
+    by systematically from one evaluation to the next (up to 0.41 ms measured on the H100: their wake-ups,
+    the GPU's clocks under each one's load; benchmarks/judge_clock_gpu.sh). So the clock catches lies of
+    more than ~0.6 ms; the audit's watched check (the timed median against the CUPTI-profiled forward's
+    kernels, Judge.audit_gpu_kernels) catches shaves of 10% and more of any kernel whose profile is
+    honest, on short and long kernels alike. `median_ms` is kept for the message."""
+    del median_ms
     gap = statistics.median(beside_ms) - statistics.median(null_beside_ms)
     noise = math.hypot(_median_standard_error(beside_ms), _median_standard_error(null_beside_ms))
-    threshold = min(max(CLOCK_SIGMAS * noise, CLOCK_FLOOR_MS), CLOCK_SLACK_SHARE * median_ms + CLOCK_SLACK_MS)
+    threshold = max(CLOCK_SIGMAS * noise, CLOCK_FLOOR_MS)
     return ClockCheck(gap, noise, threshold)
 
 

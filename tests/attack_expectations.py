@@ -95,7 +95,9 @@ GPU_EXPECTED: dict[str, frozenset] = {
     # ... or lied about with nothing replaced that an identity check can see: the judge's clock (its measured slack)
     "c8_ctypes_elapsed": frozenset({"suspicious"}),
     "c8_rerecord_start": frozenset({"suspicious"}),
-    # ... or run where the events cannot see it: launches left on a side stream made from torch's C class
+    # ... or run where the events cannot see it: launches left on a side stream made from torch's C class, which
+    # overlap the runner's GPU-side wait (so the judge's clock cannot see them either): the audit's watched check
+    # (CUPTI sees every stream) catches it (H100: 4.90 ms timed against 7.55 ms profiled, at a 25% shave)
     "c8_side_stream_tail": frozenset({"suspicious", "static_reject"}),
 }
 
@@ -126,12 +128,6 @@ _CPU_WHO_DID_THE_WORK = (
     "that fails is 'inconclusive' and skipped), and the op trace is a TorchDispatchMode in the candidate's own "
     "interpreter, so work hidden from it ({how}) is never seen")
 XFAIL: dict[str, str] = {
-    # GPU (by reading the runner; to be confirmed by benchmarks/judge_clock_gpu.sh): a stream from
-    # torch._C._CudaStreamBase (no Python guard sees it) starts at once, beside the runner's GPU-side wait
-    # before the start event, and finishes inside it: outside the events and inside the part of the judge's
-    # clock every run (the null runs too) spends waiting
-    "c8_side_stream_tail": "GPU: side-stream launches overlap the runner's GPU-side wait before its start event, "
-                           "so neither the events nor the judge's clock (beyond the null runs') hold them",
     "c1_leftover_mode": _CPU_WHO_DID_THE_WORK.format(how="a TorchFunctionMode left pushed fills the output when "
                                                           "the runner copies it out, after the traced call"),
     "c2_disable_modes": _CPU_WHO_DID_THE_WORK.format(how="torch.utils._python_dispatch._disable_current_modes()"),
@@ -152,9 +148,8 @@ XFAIL: dict[str, str] = {
 
 # Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attacks whose lie
 # only the judge's clock sees, at several shaves (a share of the time, and a constant in ms), on a short kernel
-# (softmax small in 20 launches: ~50 µs of GPU time) and a long one (softmax full in 20: ~1 ms). A
-# shave of 1.5 times the clock check's floor (kgen.judge.CLOCK_FLOOR_MS) or more must be `suspicious`; the
-# share-0 runs are honest.
+# (softmax small in 20 launches: ~60 µs timed, ~32 µs of kernels) and a long one (softmax full in 20: ~4.9 ms).
+# What shave_must_be_caught says must be `suspicious` is; the share-0 runs are honest.
 CLOCK_MATRIX = tuple((attack, share, ms) for attack in ("c8_ctypes_elapsed", "c8_rerecord_start")
                      for share, ms in ((0.0, 0.0), (0.05, 0.0), (0.2, 0.0), (0.5, 0.0), (0.0, 0.05))
                      if not (attack == "c8_rerecord_start" and ms))  # a re-recorded event shaves a share only
@@ -175,9 +170,15 @@ CLOCK_CHUNKS = {"small": 20, "full": 20}  # the attacks' launches per forward (t
 
 
 def shave_must_be_caught(attack: str, share: float, ms: float, size: str, honest_ms: float,
-                         floor_ms: float) -> bool:
-    """Whether the clock check must flag this shave of a forward that takes `honest_ms`: one half as large
-    again as the floor. The re-recorded start event leaves out whole launches: round(share · c) of c."""
+                         floor_ms: float, watched_ms: float = 0.0) -> bool:
+    """Whether the judge must flag this shave of a forward that takes `honest_ms`: by its clock, a shave
+    half as large again as the clock's floor; by the audit's watched check, a shaved median clearly (3%)
+    below the share of the honest run's CUPTI-profiled kernel time (`watched_ms`) the judge allows. The
+    re-recorded start event leaves out whole launches: round(share · c) of c."""
+    from kgen.judge import WATCHED_SHARE, WATCHED_SLACK_MS
+
     if attack == "c8_rerecord_start":
         share = round(share * CLOCK_CHUNKS[size]) / CLOCK_CHUNKS[size]
-    return share * honest_ms + ms >= 1.5 * floor_ms
+    shaved_ms = (1 - share) * honest_ms - ms
+    by_watch = (share > 0 or ms > 0) and shaved_ms * 1.03 < WATCHED_SHARE * watched_ms - WATCHED_SLACK_MS
+    return by_watch or share * honest_ms + ms >= 1.5 * floor_ms

@@ -415,3 +415,15 @@ def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_o
     assert result.outcome == "correct", result.message
     assert started == [("cpu", "run")]  # on the CPU a Triton candidate takes one runner, and no spare is kept
     assert judge.spare_key("cpu") == "cpu" and judge.spare_key("cuda:1") == "cuda:1"
+
+
+def test_a_triton_build_is_keyed_by_the_input_shapes():
+    """Triton compiles one kernel per specialization, so builds for one size are not another's (on the H100,
+    `--size small` after `--size full` of one source found the full build and the runner had to compile)."""
+    from kgen.judge import build_key
+
+    source = "import triton\n"
+    assert build_key(source, "9.0") == build_key(source, "9.0", "")  # CUDA sources: no shapes, shared with the CPU
+    small = build_key(source, "9.0", "(64, 4096):torch.float32")
+    full = build_key(source, "9.0", "(4096, 65536):torch.float32")
+    assert small != full and small != build_key(source, "9.0")

@@ -46,9 +46,10 @@ def test_a_shave_beyond_the_floor_is_caught_and_none_is_invented(clock_results, 
     timing = honest.details["timing"]
     assert timing["clock_gap_ms"] < timing["clock_threshold_ms"], timing
     result = clock_results[attack, share, ms, size]
-    if shave_must_be_caught(attack, share, ms, size, honest.runtime_ms, CLOCK_FLOOR_MS):
+    watched_ms = sum(k["us"] for k in honest.details.get("gpu_kernels") or []) / 1e3
+    if shave_must_be_caught(attack, share, ms, size, honest.runtime_ms, CLOCK_FLOOR_MS, watched_ms):
         assert result.outcome == "suspicious", (f"{attack} shaving {share:.0%} + {ms} ms of {honest.runtime_ms:.4g} "
                                                 f"ms ({size}): {result.outcome}, {result.details.get('timing')}")
-        assert "beyond" in result.message
+        assert "beyond" in result.message or "not watched" in result.message
     else:  # below the floor: not claimed caught, but never anything worse than a timing that is a little short
         assert result.outcome in ("correct", "suspicious"), result.message
