@@ -42,7 +42,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
     parser.add_argument("--budget-s", type=float, default=420.0)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of the honest starters (0: none)")
+    parser.add_argument("--sizes", nargs="+", default=["small", "full"], help="the clock matrix's sizes")
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget_s
 
@@ -115,7 +116,7 @@ def main() -> None:
         evaluate("attack", name, "softmax", (attacks / f"{name}.py").read_text(), "full",
                  "/".join(sorted(GPU_EXPECTED[name])))
     honest_ms: dict[tuple[str, str], tuple[float, float]] = {}
-    for size in ("small", "full"):
+    for size in args.sizes:
         for attack, share, ms in CLOCK_MATRIX:
             label = f"{attack} shave {share:.0%}+{ms}ms"
             evaluate("clock", label, "softmax", shave_variant((attacks / f"{attack}.py").read_text(), share, ms), size)
