@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from kgen.records import CPU_CORRECT
+
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BAD_ROW = "bad_row"  # an entry that could not be evaluated at all: no reference, an unreadable file ...
 PENDING = "pending"  # not evaluated yet (an interrupted run)
@@ -179,7 +181,9 @@ def _pct(value: Optional[float]) -> str:
 
 def _sections(s: CollectionSummary) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of each table the summary shows."""
-    sections = [("Outcomes", ["outcome", "entries"], [[o, str(n)] for o, n in s.outcomes.items()])]
+    # untimed means no GPU: a CPU `correct` checked the outputs but not who computed them (kgen.records)
+    sections = [("Outcomes", ["outcome", "entries"],
+                 [[o if s.timed or o != "correct" else CPU_CORRECT, str(n)] for o, n in s.outcomes.items()])]
     if s.static_reject_reasons:
         sections.append(("Static rejections by reason", ["reason", "entries"],
                          [[why, str(n)] for why, n in s.static_reject_reasons.items()]))

@@ -238,7 +238,7 @@ class Ancestor:
     proposer: str
     origin: Optional[str]
     idea: Optional[str]
-    outcome: Optional[str]
+    outcome: Optional[str]  # as users read it (verdict_label: a CPU correct says what it did not audit)
     speedup_eager: Optional[float]
     missing: bool = False  # a parent id the DB does not hold
     seen: bool = False  # already listed above (two parents share an ancestor)
@@ -271,7 +271,7 @@ def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
                 latest = parent.evaluations[-1] if parent.evaluations else None
                 seen = pid in listed
                 lineage.append(Ancestor(depth, pid, parent.round, parent.language, parent.proposer, parent.origin,
-                                        parent.idea, latest.outcome if latest else None,
+                                        parent.idea, verdict_label(latest.outcome, latest.device) if latest else None,
                                         latest.speedup_eager if latest else None, seen=seen))
                 if not seen:
                     listed.add(pid)

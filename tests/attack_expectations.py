@@ -181,4 +181,6 @@ def shave_must_be_caught(attack: str, share: float, ms: float, size: str, honest
         share = round(share * CLOCK_CHUNKS[size]) / CLOCK_CHUNKS[size]
     shaved_ms = (1 - share) * honest_ms - ms
     by_watch = (share > 0 or ms > 0) and shaved_ms * 1.03 < WATCHED_SHARE * watched_ms - WATCHED_SLACK_MS
-    return by_watch or share * honest_ms + ms >= 1.5 * floor_ms
+    from kgen.judge import CLOCK_FLOOR_SHARE
+
+    return by_watch or share * honest_ms + ms >= 1.5 * (floor_ms + CLOCK_FLOOR_SHARE * shaved_ms)

@@ -47,6 +47,27 @@ def test_show_says_it_of_a_cpu_evaluation(results):
     assert "CPU:" not in gpu and "correct" in gpu
 
 
+def test_shows_lineage_tree_says_it_of_a_cpu_parent(results):
+    path, ids = results
+    shown = run_kgen("show", str(ids["cpu_second"]), "--db", str(path), env={"COLUMNS": "300"})
+    assert shown.returncode == 0, shown.stderr
+    tree = shown.stdout[shown.stdout.index(f"lineage of {ids['cpu_second']}"):]
+    assert f"{ids['cpu_first']}: round " in tree and CPU_CORRECT in " ".join(tree.split())
+    gpu_child = run_kgen("show", str(ids["conv_hybrid"]), "--db", str(path), env={"COLUMNS": "300"}).stdout
+    assert "CPU:" not in gpu_child[gpu_child.index("lineage of"):]
+
+
+def test_an_untimed_collection_summary_says_it_of_its_correct_entries():
+    from test_collection import hand_results
+
+    from kgen.collection_summary import render, summarize
+
+    results = hand_results()
+    untimed = render(summarize(results, timed=False), results)
+    assert CPU_CORRECT in untimed
+    assert CPU_CORRECT not in render(summarize(results, timed=True), results)
+
+
 def test_the_report_says_it_under_a_board_with_cpu_rows(results, tmp_path):
     from kgen.db import open_db
     from kgen.report import write_report
