@@ -558,8 +558,8 @@ class Runner:
                 out = model(*args)
             # the end event goes in right behind the forward's launches, before the host waits: recorded
             # after a synchronize it also held the host's wake-up and the record's own launch (30-70 us on
-            # the H100). Work the forward leaves on other streams is not in the events then, but it is in
-            # the judge's clock (which waits for the GPU after the reply), and the clock check flags it.
+            # the H100). Work the forward leaves on other streams is not in the events then (nor in the judge's
+            # clock, if it overlaps the wait above); the judge's kernel audit (CUPTI, every stream) bounds it.
             self._record(end, self._stream)
             self.sync()
             elapsed = self._elapsed(start, end)
