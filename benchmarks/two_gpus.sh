@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two-GPU measurement of issue 15, in one device call on a machine with two GPUs (nvidia-h200-x2):
-#   bash benchmarks/two_gpus.sh [DEADLINE_S]          (default 560: inside one 10-minute call)
+#   bash benchmarks/two_gpus.sh [DEADLINE_S]          (default 440 for the bench, then ~110 s of interference)
 # `kgen bench --gpus 1 --gpus 2` on softmax and matmul, 2 rounds of 8 Triton candidates: the same
 # candidates in each pass (same seed; a DB, kgen cache and Triton cache per pass), one pass on one GPU,
 # then one on two. The goal: evaluations per hour of evaluation span, two GPUs / one GPU, >= 1.8.
@@ -8,7 +8,9 @@
 # ~175 s and two ~90 s, plus fresh baselines and start-up in each pass: ~400 s in all.
 # Out: $OUT/scaling/{bench.md,bench.json,bench-1gpu.db,bench-2gpu.db}, $OUT/nvidia-smi.csv (each GPU's
 # utilization every 2 s, to see both GPUs busy in the second pass), $OUT/gpus-used.txt (the GPU Ray gave
-# the evaluator of each evaluation, per pass), $OUT/steps.log.
+# the evaluator of each evaluation, per pass), $OUT/steps.log, $OUT/interference.{txt,json}
+# (benchmarks/gpu_interference.py: one starter's judged median on GPU 0 alone and with GPU 1 busy).
+# bench.md's "GPU use" table gives each GPU's busy share and why it waited (kgen.bench.gpu_use_rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -16,8 +18,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$gpus" -ge 2 ] || { echo "two_gpus.sh: this machine has $gpus GPU(s); it needs two" | tee "$OUT/steps.log"; exit 1; }
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 2 > "$OUT/nvidia-smi.csv" 2>&1 &
 smi=$!
-bash benchmarks/gpu_steps.sh "${1:-560}" scaling:softmax,matmul:2:8:triton
+bash benchmarks/gpu_steps.sh "${1:-440}" scaling:softmax,matmul:2:8:triton
 kill "$smi" 2>/dev/null
+# timing on GPU 0 alone and with GPU 1 busy (the same starter through the judge; issue 27)
+timeout 110 python3 benchmarks/gpu_interference.py --repeats 2 --out "$OUT/interference.json" 2>&1 \
+  | grep -v -E "^(USDT|\s+File )" | tail -8 | tee "$OUT/interference.txt"
 for n in 1 2; do
   db=$OUT/scaling/bench-${n}gpu.db
   [ -f "$db" ] || continue

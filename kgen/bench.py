@@ -149,6 +149,105 @@ def gpu_interval(details: Optional[dict]) -> Optional[tuple[float, float]]:
     return None
 
 
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of [start, end] intervals as disjoint, sorted intervals."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _overlap(gaps: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """Seconds of the disjoint `gaps` that the disjoint `cover` overlaps."""
+    return sum(max(0.0, min(b, d) - max(a, c)) for a, b in gaps for c, d in cover)
+
+
+@dataclass
+class GpuUseRow:
+    """One GPU's use over one pass (every problem's search on that many GPUs), from the first candidate on
+    any GPU to the last result: how much of that span it evaluated candidates (and of that, timed them,
+    drew the reference, ran the judge's compile step), and why it stood idle the rest: another GPU still
+    evaluating (the round's last candidates: a round ends when its last result is in), candidates still in
+    their CPU compile stage (CUDA's nvcc), or nothing to do at all (the proposer, the next problem's
+    baselines and start)."""
+
+    gpus: Optional[int]  # the pass's GPU count (None: one pass, every GPU)
+    gpu: str  # the Ray node (its id's first 8 characters) and the GPU ids the evaluator held
+    evaluations: int
+    span_s: float
+    busy_s: float
+    timing_s: float
+    reference_s: float
+    judge_compile_s: float
+    idle_other_gpus_busy_s: float
+    idle_compiles_s: float
+    idle_nothing_s: float
+
+
+def gpu_use_rows(db: Database, run_ids: Sequence[int], gpus: Optional[int] = None) -> list[GpuUseRow]:
+    """Per GPU, its use over the runs of one pass (see GpuUseRow); [] where nothing ran on a GPU."""
+    with db.reader() as s:
+        rows = list(s.execute(select(Evaluation).join(Candidate).where(Candidate.run_id.in_(list(run_ids))))
+                    .scalars())
+    per_gpu: dict[str, list[Evaluation]] = {}
+    compiles: list[tuple[float, float]] = []
+    for e in rows:
+        details = e.details or {}
+        stage = details.get("compile_stage") if isinstance(details.get("compile_stage"), dict) else {}
+        if isinstance(stage.get("start"), (int, float)) and isinstance(stage.get("end"), (int, float)):
+            compiles.append((stage["start"], stage["end"]))
+        where = (details.get("nodes") or {}).get("evaluation") or {}
+        if e.device in (None, "cpu") or gpu_interval(details) is None or not where.get("gpus"):
+            continue
+        key = f"{str(where.get('node_id') or '?')[:8]} GPU {','.join(map(str, where['gpus']))}"
+        per_gpu.setdefault(key, []).append(e)
+    if not per_gpu:
+        return []
+    windows = {key: _union([gpu_interval(e.details) for e in evals]) for key, evals in per_gpu.items()}
+    start = min(w[0][0] for w in windows.values())
+    end = max(w[-1][1] for w in windows.values())
+    compiling = _union(compiles)
+    out = []
+    for key in sorted(per_gpu):
+        busy = windows[key]
+        gaps = [(a, b) for a, b in zip([start] + [b for _, b in busy], [a for a, _ in busy] + [end]) if b > a]
+        others = _union([i for other, w in windows.items() if other != key for i in w])
+        by_others = _overlap(gaps, others)
+        # of the gaps no other GPU filled: the part some candidate was still compiling on the CPUs
+        lonely = _gaps_outside(gaps, others)
+        by_compiles = _overlap(lonely, compiling)
+        idle = sum(b - a for a, b in gaps)
+
+        def phase(name: str, evals: list[Evaluation] = per_gpu[key]) -> float:
+            return sum(float(((e.details or {}).get("phases") or {}).get(name) or 0.0) for e in evals)
+
+        out.append(GpuUseRow(gpus=gpus, gpu=key, evaluations=len(per_gpu[key]), span_s=end - start,
+                             busy_s=sum(b - a for a, b in busy), timing_s=phase("timing_s"),
+                             reference_s=phase("reference_s"), judge_compile_s=phase("compile_s"),
+                             idle_other_gpus_busy_s=by_others, idle_compiles_s=by_compiles,
+                             idle_nothing_s=max(idle - by_others - by_compiles, 0.0)))
+    return out
+
+
+def _gaps_outside(gaps: list[tuple[float, float]], cover: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of the disjoint `gaps` that the disjoint `cover` does not overlap."""
+    out = []
+    for a, b in gaps:
+        cursor = a
+        for c, d in cover:
+            if d <= cursor or c >= b:
+                continue
+            if c > cursor:
+                out.append((cursor, c))
+            cursor = max(cursor, d)
+        if cursor < b:
+            out.append((cursor, b))
+    return out
+
+
 def _epoch(when: dt.datetime) -> float:
     return when.replace(tzinfo=dt.timezone.utc).timestamp()  # the DB stores naive UTC
 
@@ -259,6 +358,9 @@ THROUGHPUT_HEADER = ("| problem | run | GPUs | evaluated | correct | wall s | ev
                      "| GPU busy | of which timing | GPU eval s (median) | compile s (median) | startup s "
                      "| bench elapsed s |\n"
                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+GPU_USE_HEADER = ("| pass GPUs | GPU | evaluations | span s | busy | of which timing | reference | judge's compile "
+                  "| idle: other GPU busy (round end) | idle: compiling on CPUs | idle: nothing to do (proposer, "
+                  "baselines, start) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 SCALING_HEADER = ("| GPUs | evaluated | evaluation span s | wall s | per hour (span) | per hour (wall) | vs first |\n"
                   "| --- | --- | --- | --- | --- | --- | --- |")
 
@@ -277,30 +379,42 @@ def throughput_line(t: ThroughputRow) -> str:
             f"{_f(t.compile_s_median, '{:.1f}')} | {_f(t.startup_s, '{:.0f}')} | {_f(t.elapsed_s, '{:.0f}')} |")
 
 
+def gpu_use_line(g: GpuUseRow) -> str:
+    def share(v: float) -> str:
+        return f"{v / g.span_s:.0%}" if g.span_s > 0 else "-"
+
+    return (f"| {g.gpus if g.gpus is not None else 'all'} | {g.gpu} | {g.evaluations} | {g.span_s:.0f} | "
+            f"{share(g.busy_s)} | {share(g.timing_s)} | {share(g.reference_s)} | {share(g.judge_compile_s)} | "
+            f"{share(g.idle_other_gpus_busy_s)} | {share(g.idle_compiles_s)} | {share(g.idle_nothing_s)} |")
+
+
 def scaling_line(s: ScalingRow) -> str:
     return (f"| {s.gpus} | {s.evaluated} | {s.eval_span_s:.0f} | {s.wall_s:.0f} | {s.per_hour:.0f} | "
             f"{s.per_hour_wall:.0f} | {_f(s.vs_first, '{:.2f}x')} |")
 
 
 def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
-             scaling: Sequence[ScalingRow] = ()) -> str:
+             scaling: Sequence[ScalingRow] = (), gpu_use: Sequence[GpuUseRow] = ()) -> str:
     lines = [header, "", QUALITY_HEADER, *map(quality_line, quality), "", THROUGHPUT_HEADER,
              *map(throughput_line, throughput), "", breakdown_header(), *map(breakdown_line, throughput)]
+    if gpu_use:  # shares of each pass's span (from the first candidate on a GPU to the last result)
+        lines += ["", GPU_USE_HEADER, *map(gpu_use_line, gpu_use)]
     if scaling:
         lines += ["", SCALING_HEADER, *map(scaling_line, scaling)]
     return "\n".join(lines) + "\n"
 
 
 def write_report(out_dir: Path, quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
-                 scaling: Sequence[ScalingRow] = (), complete: bool = True) -> Path:
+                 scaling: Sequence[ScalingRow] = (), complete: bool = True,
+                 gpu_use: Sequence[GpuUseRow] = ()) -> Path:
     """bench.json and bench.md as they stand (`complete` False: more problems are still to come). Each
     file is written whole and renamed into place, so a run killed mid-write leaves the last version."""
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {"header": header, "when": dt.datetime.now().isoformat(), "complete": complete,
               "quality": [asdict(q) for q in quality], "throughput": [asdict(t) for t in throughput],
-              "scaling": [asdict(s) for s in scaling]}
+              "scaling": [asdict(s) for s in scaling], "gpu_use": [asdict(g) for g in gpu_use]}
     for name, text in (("bench.json", json.dumps(report, indent=1)),
-                       ("bench.md", markdown(quality, throughput, header, scaling))):
+                       ("bench.md", markdown(quality, throughput, header, scaling, gpu_use))):
         partial = out_dir / f".{name}.partial"
         partial.write_text(text)
         partial.replace(out_dir / name)
@@ -362,6 +476,7 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
     quality: list[QualityRow] = []
     throughput: list[ThroughputRow] = []
     passes: dict[Optional[int], list[ThroughputRow]] = {}
+    gpu_use: list[GpuUseRow] = []
     saved_env = {name: os.environ.get(name) for name in PASS_CACHES}
     try:
         for gpus in gpu_counts:
@@ -389,8 +504,9 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
                         throughput[-1].startup = dict(throughput[-1].startup or {}, ray_start_s=ray_start_s)
                         ray_start_s = None
                     passes.setdefault(gpus, []).append(throughput[-1])
-                    write_report(out_dir, quality, throughput, header, complete=False)
+                    write_report(out_dir, quality, throughput, header, complete=False, gpu_use=gpu_use)
                     on_problem(quality[-1], throughput[-1])
+                gpu_use += gpu_use_rows(database, [t.run_id for t in passes.get(gpus, [])], gpus)
             finally:
                 ray_cluster.shutdown()
                 database.close()
@@ -401,5 +517,5 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
             else:
                 os.environ[name] = value
     scaling = scaling_rows(passes) if len(gpu_counts) > 1 else []
-    path = write_report(out_dir, quality, throughput, header, scaling)
+    path = write_report(out_dir, quality, throughput, header, scaling, gpu_use=gpu_use)
     return path, path.read_text()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kgen import store
-from kgen.bench import ThroughputRow, markdown, scaling_rows, throughput_row
+from kgen.bench import ThroughputRow, gpu_use_rows, markdown, scaling_rows, throughput_row
 from kgen.db import open_db
 from kgen.records import EvalResult, Proposal
 
@@ -69,6 +69,40 @@ def test_without_the_evaluation_process_window_the_evaluator_actors_window_count
     assert row.eval_span_s == pytest.approx(20.0)
     assert row.startup_s == pytest.approx(30.0, abs=2.0)
     assert row.elapsed_s == 75.0
+
+
+def test_each_gpus_use_and_why_it_waited(tmp_path):
+    """Two GPUs over one pass: GPU 0 evaluates 0-10 and 20-30 s, GPU 1 0-14 s; a CUDA candidate compiles on
+    the CPUs 14-18 s. GPU 0's gap 10-20: 10-14 GPU 1 was still busy (the round's end), 14-18 compiling, 18-20
+    nothing to do; GPU 1's gap 14-30: 14-18 compiling, 20-30 GPU 0 busy, 18-20 nothing."""
+    db = open_db(str(tmp_path / "bench.db"))
+    t0 = time.time()
+    run_id = store.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
+                              proposer="offline", model=None, language="any", seed=0, rounds=1, candidates_per_round=4,
+                              settings={"gpus": 2}, device="NVIDIA H100")
+    work = [("0", 0, 10, {}), ("1", 0, 14, {}), ("0", 20, 30, {"start": t0 + 14, "end": t0 + 18})]
+    for i, (gpu, start, end, stage) in enumerate(work):
+        cid = store.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
+                                 problem="softmax", problem_hash="h")
+        details = {"nodes": {"evaluation": {"node_id": "abcdef0123", "gpus": [gpu], "start": t0 + start,
+                                            "end": t0 + end}},
+                   "phases": {"timing_s": 1.0, "reference_s": 2.0, "compile_s": 0.5}}
+        if stage:
+            details["compile_stage"] = stage
+        store.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, device="NVIDIA H100", size="full",
+                                                 details=details))
+    rows = {r.gpu: r for r in gpu_use_rows(db, [run_id], 2)}
+    assert set(rows) == {"abcdef01 GPU 0", "abcdef01 GPU 1"}
+    g0, g1 = rows["abcdef01 GPU 0"], rows["abcdef01 GPU 1"]
+    assert g0.span_s == pytest.approx(30) and g0.busy_s == pytest.approx(20) and g0.evaluations == 2
+    assert (g0.idle_other_gpus_busy_s, g0.idle_compiles_s, g0.idle_nothing_s) == pytest.approx((4, 4, 2))
+    assert g0.timing_s == pytest.approx(2.0) and g0.reference_s == pytest.approx(4.0)
+    assert g1.busy_s == pytest.approx(14)
+    assert (g1.idle_other_gpus_busy_s, g1.idle_compiles_s, g1.idle_nothing_s) == pytest.approx((10, 4, 2))
+    table = markdown([], [], "## test", gpu_use=[g0, g1])
+    line = next(text for text in table.splitlines() if "GPU 1 |" in text)
+    assert [c.strip() for c in line.strip("|").split("|")][4:] == ["47%", "3%", "7%", "2%", "33%", "13%", "7%"]
+    assert gpu_use_rows(db, [run_id + 1], 2) == []  # nothing ran on a GPU there
 
 
 def _pass(evaluated: int, span_s: float, wall_s: float) -> ThroughputRow:
