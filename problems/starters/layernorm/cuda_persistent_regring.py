@@ -1,56 +1,60 @@
-"""LayerNorm over the trailing dims, CUDA C++ for sm_90: persistent cooperative kernel, x in registers,
-weight/bias in shared memory, and the WHOLE next row's slice prefetched into L2 (TMA bulk prefetch)
-while this row's grid barrier is pending.
+"""LayerNorm over the trailing dims, CUDA C++ for sm_90: persistent cooperative kernel, the next row's HEAD
+loaded into registers (double-buffered) and its TAIL prefetched into L2 before each grid barrier wait.
 
 Target: 16 rows of N = 64*256*256 = 4M fp32.  HBM floor 570 MB (x read once 268, y written once 268,
-weight+bias read once 33.5) = 0.190 ms at 3.0 TB/s.  cuda_persistent_wsmem (same layout) runs 0.291 ms:
-ncu 1.95 TB/s, HBM idle ~40% of the kernel.  Per row its SMs load their slice (HBM), reduce, wait on a
-grid barrier, normalize: during the reduce + barrier + combine (~3-5 us of each ~17.6 us row) only its
-4 MB L2 prefetch (25% of the next row, one prefetch.global.L2 per 128-byte line) kept HBM working, and
-the next row's loads then came from HBM again, serialized behind the row's own y stores.
+weight+bias read once 33.5) = 0.190 ms at 3.0 TB/s.  cuda_persistent_wsmem (x slice in registers, w and
+most of b in shared memory, one grid barrier per row) runs 0.291 ms at 1.95 TB/s: HBM idles during each
+row's reduce + barrier + combine.  Registers + shared memory hold 484 KB per SM; a row slice is 124 KB and
+the weight + bias slices 248 KB, so "w, b and two rows on chip" does not fit, but "w, b, one row and a
+third of the next" does: that third is requested before the wait and keeps HBM busy through it with no
+reliance on L2 capacity; the rest of the next row is prefetched into L2 (TMA bulk prefetch, PF_TAIL=1), a
+working set of 10-14 MB instead of the full 16 MB that cuda_persistent_l2ahead keeps there.
 
-Layout (as wsmem): block g (one per SM, cooperative launch, G = 132) owns float4 columns
-[g*S4, g*S4 + cnt4) of every row (S4 = 7944 float4 = 124 KB); its x slice lives in registers (THREADS x
-MAXV float4: 1024 x 8), its weight slice (124 KB) and the head of its bias slice (~100 KB, 81%) in shared
-memory for the whole call; the bias tail (19%, 3.1 MB in all) is re-read per row from L2 (evict_last).
-What changes:
-  * next-row prefetch: PF_PCT % of the next row's slice (default all of it: 16 MB over the GPU) is
-    requested with cp.async.bulk.prefetch.L2 (TMA, PF_CHUNK-byte requests, no registers, no per-line
-    instructions) as soon as this row's slice is in registers (PF_EARLY=1) or after the arrival.  HBM
-    then streams x_{r+1} during the reduce, the barrier, the combine and the normalize, alongside y_r's
-    stores; the next row's register loads hit L2.  Per row HBM has 32 MB = 10.7 us of work queued from the
-    moment the prefetch is issued, while the SM's own path (L2 loads ~1-2 us, reduce 0.5, barrier ~1-2,
-    normalize ~1) is ~5-6 us: HBM-bound if L2 keeps one row (16 MB) of prefetched x (normal priority,
-    or evict_last with PF_LAST=1, demoted to evict_normal once read) beside y's evict-first dirty lines.
-  * one reduction round instead of two: each thread's exact local mean/M2 over its 32 values (two passes
-    over registers), then fp64 block sums of (sum x, sum x^2 rebuilt as M2_t + s_t^2/n_t) in one block
-    reduction; the grid combine reads G double2 once (var = B/N - mean^2 in fp64: exact to ~1e-16 x
-    (1 + mean^2/var), far inside the 1e-5 bound).  Deterministic: fixed-order sums, no float atomics
-    (the judge requires bitwise-equal repeats).
-  * barrier: one arrival counter (red.release.gpu add) counted up for the whole call (row r is complete
-    at (r+1)*G), waited on by one lane (ld.acquire.gpu) whose warp then combines; a departure counter
-    lets the last block out reset both to 0, so no memset kernel per call (the 8-byte buffer is allocated
-    zeroed once per device by ModelNew).
-  * weight/bias slices copied into shared memory by TMA (cp.async.bulk + mbarrier, WB_TMA=1): the 30 MB
-    fill overlaps row 0's loads, reduce and barrier instead of preceding them.
-Expected: ~0.20-0.21 ms if the prefetch holds (HBM busy through every barrier); 0.29 (wsmem) if L2
-evicts the prefetched row before it is read (then PF_PCT 50-75 is the sweep's answer).
+Layout: block g (one per SM, cooperative launch, G = 132) owns float4 columns [g*S4, g*S4 + cnt4) of
+every row (S4 = 7944 float4 = 124 KB).  Thread tid's item k is column j = tid + k*THREADS, k < MAXV
+(THREADS x MAXV = 256 x 32 or 512 x 16 >= S4).  Items [0, HEAD) are the head, [HEAD, MAXV) the tail.
+Registers: hc[HEAD] (this row's head), t[MAXV-HEAD] (this row's tail), hn[HEAD] (next row's head); hc and
+hn swap roles every row, so the row loop is unrolled by two and every register index is static.
+Shared memory: the weight slice (124 KB) and the first 6144-6400 float4 of the bias slice, filled once by
+TMA (cp.async.bulk, overlapping row 0); the bias of the last KT items per thread (KT = 4 of 16 / 7 of
+32, ~3 MB in all) is re-read per row from L2 (evict_last) before the barrier wait.
+Per row r (in hc + t):
+  thread stats (exact local mean, squared deviations, two passes over registers)
+  -> loads of row r+1's head into hn (HBM, HEAD/MAXV of the row: 31% at 256 x 10) and a
+     cp.async.bulk.prefetch.L2 of its tail (8 KB TMA requests)
+  -> one fp64 block reduction of (sum x, sum x^2 rebuilt as M2_t + s_t^2/n_t); lane 0 of warp 0
+     publishes partial[r][g], red.release.gpu add on the arrival counter
+  -> bias-tail loads; thread 0 spins (ld.acquire.gpu) until the counter reaches (r+1)*G; warps 0..4
+     load the 132 partials, one per lane (one L2 round trip); every thread forms mean and rstd in fp64
+  -> normalize hc + t (y evict-first), then loads of row r+1's tail into t (L2 hits once prefetched).
+The arrival counter is never reset between rows; a departure counter lets the last block out reset both
+to 0 (no memset kernel per call; ModelNew allocates the two int32 zeroed once per device, and calls must
+stay ordered on one stream).  Fixed-order sums: repeats are bitwise equal.
 
+Cost per row: HBM 32 MB (x_{r+1} in, y_r out) = 10.7 us.  At the wait, HEAD/MAXV of x_{r+1} is in flight
+to registers (5 MB at 256 x 10: ~1.7 us of HBM) plus the tail prefetch (11 MB) plus y_{r-1}'s draining
+stores, which covers the ~2-3 us of reduce + barrier + combine; the tail loads after the normalize hit
+L2.  Expected ~0.20-0.22 ms; without the L2 prefetch (PF_TAIL=0) the head alone keeps HBM busy through
+the barrier and the tail loads queue behind y's stores (between wsmem and the target).
+
+Tunables are runtime arguments (one build covers the grid): THREADS x HEAD picks one of six compiled
+instantiations, 512 x {2, 3, 4} and 256 x {6, 8, 10}; any other pair takes the fallback (correct, slow).
 Fallback (N % 4 != 0, misaligned, slice too large for registers, no cooperative launch, many rows):
 three plain kernels (chunk partials, per-row combine, elementwise normalize; x read twice).
 
-Source: the CUDA file has no torch header (nvcc in seconds); the torch wrapper is CPP_SRC.  Tunables are
-runtime arguments (one build covers the whole grid) except nothing: THREADS picks one of two compiled
-instantiations (1024 x 8, 512 x 16 float4 per thread).
-ptxas (nvcc 13.0, sm_90a, -O3): see COMPILE below.
+ptxas (nvcc 13.0, sm_90a and sm_90, -O3): 256 x 32: HEAD 10: 254 registers, HEAD 8: 252, HEAD 6: 246,
+no spill; 512 x 16: HEAD 2: 128, no spill; HEAD 3: 128, 24 bytes spill stores; HEAD 4: 128, 48 bytes.
+Shared memory: static 1 KB + dynamic (7944 + 6400) x 16 = 224 KB (256) / (7944 + 6144) x 16 = 220 KB
+(512).  One block per SM: 8 warps (256) or 16 (512).  The CUDA file has no torch header (nvcc ~15 s for
+the six instantiations); the torch wrapper is CPP_SRC.  Measured: not yet on a GPU (benchmarks/ln2_gpu.sh).
 """
 import hashlib
 
 import torch
 import torch.nn as nn
 
-THREADS = 512         # 512: 16 float4 of a row per thread (128-register cap); 256: 32 (255 cap)
-HEAD = 6              # float4 items of the next row loaded into registers before the barrier wait
+THREADS = 256         # 256: 32 float4 of a row per thread (255-register cap); 512: 16 (128 cap)
+HEAD = 10             # float4 items of the next row loaded into registers before the barrier wait
 PF_TAIL = 1           # 1: the next row's tail prefetched into L2 at the same time
 PF_BULK = 1           # 1: cp.async.bulk.prefetch.L2 (TMA); 0: one prefetch.global.L2 per 128-byte line
 PF_LAST = 0           # 1: tail prefetched with evict_last, demoted to evict_normal once read
@@ -58,7 +62,7 @@ WB_TMA = 1            # 1: weight/bias copied into shared memory by TMA, overlap
 
 KGEN_TUNABLE = {
     "THREADS": [256, 512],
-    "HEAD": [4, 6, 8, 12, 16, 20],   # compiled: 512 x {4, 6, 8}, 256 x {12, 16, 20}; other pairs: fallback
+    "HEAD": [2, 3, 4, 6, 8, 10],     # compiled: 512 x {2, 3, 4}, 256 x {6, 8, 10}; other pairs: fallback
     "PF_TAIL": [0, 1],
     "PF_BULK": [0, 1],
     "PF_LAST": [0, 1],
