@@ -124,14 +124,17 @@ judge() {  # judge STEM TIMEOUT_S
   tail -3 "$R/eval-$stem.err"
 }
 
-# 1. the new starters' main grids first (each: one build, then runtime settings)
-sweep l2a-main 100 cuda_persistent_l2ahead.py --grid THREADS=512,1024 --grid PF_PCT=0,50,75,100
-sweep ring-256 70 cuda_persistent_regring.py --grid THREADS=256 --grid HEAD=6,8,10 --grid PF_TAIL=0,1
+# 1. the new starters: each sweep is one build, then runtime settings (--extra: single combinations)
+sweep l2a 110 cuda_persistent_l2ahead.py --grid THREADS=512,1024 --grid PF_PCT=0,50,75,100 \
+  --extra "PF_EARLY=0" --extra "PF_BULK=0" --extra "PF_LAST=1" --extra "PF_EARLY=0 PF_LAST=1" --extra "WB_TMA=0"
+sweep ring 95 cuda_persistent_regring.py --grid THREADS=256 --grid HEAD=6,8,10 --grid PF_TAIL=0,1 \
+  --extra "THREADS=512 HEAD=2" --extra "THREADS=512 HEAD=3" --extra "THREADS=512 HEAD=4" \
+  --extra "PF_LAST=1" --extra "PF_BULK=0"
 # 2. the current best on this machine (a build of ~40 s: its CUDA file includes torch)
 sweep wsmem 75 cuda_persistent_wsmem.py --grid PREFETCH4=2048
 # 3. the judge on the best new setting
-best cuda_persistent_l2ahead l2a-main l2a-knobs
-best cuda_persistent_regring ring-256 ring-512
+best cuda_persistent_l2ahead l2a
+best cuda_persistent_regring ring
 first=$(python3 - "$R" <<'EOF'
 import os, sys
 r = sys.argv[1]
@@ -143,10 +146,7 @@ for stem in ("cuda_persistent_l2ahead", "cuda_persistent_regring"):
 print(min(ms, key=ms.get) if ms else "none")
 EOF
 )
-[ "$first" != none ] && judge "$first" 110
-# 4. the remaining knobs, while time is left
-sweep l2a-knobs 50 cuda_persistent_l2ahead.py --grid THREADS=512 --grid PF_PCT=100 --grid PF_EARLY=0,1 --grid PF_BULK=0,1 \
-  --grid PF_LAST=0,1
-sweep ring-512 40 cuda_persistent_regring.py --grid THREADS=512 --grid HEAD=2,3,4
+[ "$first" != none ] && judge "$first" 100
+# 4. the old Triton best, while time is left
 sweep split-stats 35 triton_split_stats.py --grid STATS_WARPS=8
 echo "done in $(( $(date +%s) - START ))s"
