@@ -427,6 +427,11 @@ ln_normalize_kernel(const float* __restrict__ x, float* __restrict__ y, const fl
     }
 }
 
+#ifdef KGEN_KERNELS_ONLY   // the host code instantiates these; without it, ptxas -v must still see them
+template __global__ void ln_l2ahead_kernel<1024, 8>(const LNParams);
+template __global__ void ln_l2ahead_kernel<512, 16>(const LNParams);
+#endif
+
 #ifndef KGEN_KERNELS_ONLY
 static int64_t fb_chunks(int64_t N) { return (N + FB_THREADS * FB_ITEMS - 1) / (FB_THREADS * FB_ITEMS); }
 

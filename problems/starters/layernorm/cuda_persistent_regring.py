@@ -447,6 +447,15 @@ ln_normalize_kernel(const float* __restrict__ x, float* __restrict__ y, const fl
     }
 }
 
+#ifdef KGEN_KERNELS_ONLY   // the host code instantiates these; without it, ptxas -v must still see them
+template __global__ void ln_regring_kernel<512, 16, 2>(const LNParams);
+template __global__ void ln_regring_kernel<512, 16, 3>(const LNParams);
+template __global__ void ln_regring_kernel<512, 16, 4>(const LNParams);
+template __global__ void ln_regring_kernel<256, 32, 6>(const LNParams);
+template __global__ void ln_regring_kernel<256, 32, 8>(const LNParams);
+template __global__ void ln_regring_kernel<256, 32, 10>(const LNParams);
+#endif
+
 #ifndef KGEN_KERNELS_ONLY
 static int64_t fb_chunks(int64_t N) { return (N + FB_THREADS * FB_ITEMS - 1) / (FB_THREADS * FB_ITEMS); }
 
