@@ -43,6 +43,8 @@ def parse_args():
     p.add_argument("starter", help="file name inside problems/starters/<problem>/, or a path")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                    help="values to try for one tunable (others keep the source's value)")
+    p.add_argument("--extra", action="append", default=[], metavar="'NAME=V NAME=V'",
+                   help="one more combination after the grid's (tunables it does not name keep the source's value)")
     p.add_argument("--size", default="full", choices=["full", "small"])
     p.add_argument("--tol", type=float, default=1e-5, help="normwise relative error allowed")
     p.add_argument("--json", help="write the rows here")
@@ -104,15 +106,24 @@ def main():
 
     rows = []
     started = time.time()
-    combos = list(itertools.product(*[values for _, values in grid])) or [()]
-    for i, combo in enumerate(combos):
+    combos = [[(t, v) for (t, _), v in zip(grid, combo)] for combo in itertools.product(*[values for _, values in grid])]
+    for item in args.extra:
+        changes = []
+        for pair in item.split():
+            name, _, value = pair.partition("=")
+            if name not in tunables:
+                sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
+            changes.append((tunables[name], int(value)))
+        combos.append(changes)
+    combos = combos or [[]]
+    for i, changes in enumerate(combos):
         if time.time() - started > args.budget_s:
             print(f"budget spent: {len(combos) - i} combinations not run", flush=True)
             break
-        setting = {t.name: v for (t, _), v in zip(grid, combo)}
+        setting = {t.name: v for t, v in changes}
         row = {"setting": setting}
         try:
-            mod = load_variant(apply_changes(source, [(t, v) for (t, _), v in zip(grid, combo)]), path, i)
+            mod = load_variant(apply_changes(source, changes), path, i)
             new = matched_model_new(mod, problem, model)
             with torch.no_grad():
                 errs = []
