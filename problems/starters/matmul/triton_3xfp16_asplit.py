@@ -44,8 +44,7 @@ GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
 PERSISTENT = 1    # 1: one program per SM loops over the output tiles in grouped order
-SPLIT_BLOCK = 64  # B split/transpose tile
-AMAX_ROWS = 32    # rows of A (columns of B) per program of the max pass
+AMAX_ROWS = 16    # rows of A per program of the row-max pass
 
 KGEN_TUNABLE = {
     "BLOCK_M": [64, 128],
@@ -68,55 +67,49 @@ def _pow2_scale(amax):
 
 
 @triton.jit
-def _amax_kernel(a_ptr, b_ptr, sa_ptr, isa_ptr, tb_ptr, itb_ptr, M, N, K,
-                 ROWS: tl.constexpr, CHUNK: tl.constexpr):
-    # programs [0, cdiv(M, ROWS)): ROWS rows of A [M, K]; the rest: ROWS columns of B [K, N]
+def _prep_kernel(a_ptr, b_ptr, sa_ptr, isa_ptr, hi_ptr, lo_ptr, itb_ptr, M, N, K,
+                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr):
+    # One launch, two jobs. Programs [0, cdiv(M, ROWS)): ROWS rows of A [M, K] each, the row maxima -> the
+    # row scales sa and 1/sa. The rest: one [BLOCK_K, BLOCK_N] tile of B [K, N] each (the GEMM's B tile),
+    # scaled by a power of two from the tile's own max, split into fp16 hi/lo and stored transposed into
+    # [N, K]; 1/scale -> itb[kb, nb].
     pid = tl.program_id(0)
     a_programs = tl.cdiv(M, ROWS)
-    if pid < a_programs:
+    if pid < a_programs:  # first: these are the long programs (ROWS whole rows each)
         rows = pid * ROWS + tl.arange(0, ROWS)
         ka = tl.arange(0, CHUNK)
         ma = tl.zeros((ROWS, CHUNK), dtype=tl.float32)
         for k0 in range(0, K, CHUNK):
-            mask = (rows[:, None] < M) & (ka[None, :] < K - k0)
-            x = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + ka[None, :], mask=mask, other=0.0)
-            ma = tl.maximum(ma, tl.abs(x))
-        s, inv = _pow2_scale(tl.max(ma, axis=1))
+            amask = (rows[:, None] < M) & (ka[None, :] < K - k0)
+            y = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + ka[None, :], mask=amask, other=0.0)
+            ma = tl.maximum(ma, tl.abs(y))
+        s, inv_s = _pow2_scale(tl.max(ma, axis=1))
         tl.store(sa_ptr + rows, s, mask=rows < M)
-        tl.store(isa_ptr + rows, inv, mask=rows < M)
+        tl.store(isa_ptr + rows, inv_s, mask=rows < M)
     else:
-        cols = (pid - a_programs) * ROWS + tl.arange(0, ROWS)
-        kb = tl.arange(0, CHUNK)
-        mb = tl.zeros((CHUNK, ROWS), dtype=tl.float32)
-        for k0 in range(0, K, CHUNK):
-            mask = (kb[:, None] < K - k0) & (cols[None, :] < N)
-            y = tl.load(b_ptr + (k0 + kb[:, None]).to(tl.int64) * N + cols[None, :], mask=mask, other=0.0)
-            mb = tl.maximum(mb, tl.abs(y))
-        t, inv_t = _pow2_scale(tl.max(mb, axis=0))
-        tl.store(tb_ptr + cols, t, mask=cols < N)
-        tl.store(itb_ptr + cols, inv_t, mask=cols < N)
-
-
-@triton.jit
-def _split_bt_kernel(b_ptr, tb_ptr, hi_ptr, lo_ptr, K, N, BLOCK: tl.constexpr):
-    # b: [K, N] fp32; hi, lo: [N, K] fp16 (the transpose) of b * tb[column]
-    offs_k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    offs_n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = (offs_k[:, None] < K) & (offs_n[None, :] < N)
-    x = tl.load(b_ptr + offs_k[:, None].to(tl.int64) * N + offs_n[None, :], mask=mask, other=0.0)
-    x = x * tl.load(tb_ptr + offs_n, mask=offs_n < N, other=1.0)[None, :]
-    hi = x.to(tl.float16)
-    lo = (x - hi.to(tl.float32)).to(tl.float16)
-    out = offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
-    mask_t = (offs_n[:, None] < N) & (offs_k[None, :] < K)
-    tl.store(hi_ptr + out, tl.trans(hi), mask=mask_t)
-    tl.store(lo_ptr + out, tl.trans(lo), mask=mask_t)
+        num_nb = tl.cdiv(N, BLOCK_N)
+        tile = pid - a_programs
+        kb = tile // num_nb
+        nb = tile % num_nb
+        offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        offs_n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (offs_k[:, None] < K) & (offs_n[None, :] < N)
+        x = tl.load(b_ptr + offs_k[:, None].to(tl.int64) * N + offs_n[None, :], mask=mask, other=0.0)
+        t, inv_t = _pow2_scale(tl.max(tl.max(tl.abs(x), axis=1), axis=0))
+        x = x * t
+        hi = x.to(tl.float16)
+        lo = (x - hi.to(tl.float32)).to(tl.float16)
+        out = offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
+        mask_t = (offs_n[:, None] < N) & (offs_k[None, :] < K)
+        tl.store(hi_ptr + out, tl.trans(hi), mask=mask_t)
+        tl.store(lo_ptr + out, tl.trans(lo), mask=mask_t)
+        tl.store(itb_ptr + tile, inv_t)
 
 
 @triton.jit
 def _mm3h_kernel(a_ptr, bhi_ptr, blo_ptr, sa_ptr, isa_ptr, itb_ptr, c_ptr, M, N, K, num_programs,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # A: [M, K] fp32; B_hi/B_lo: [N, K] fp16 (B^T, scaled, split); C: [M, N] fp32
+    # A: [M, K] fp32; B_hi/B_lo: [N, K] fp16 (B^T, scaled per [BLOCK_K, BLOCK_N] tile, split); C: [M, N] fp32
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
@@ -137,7 +130,11 @@ def _mm3h_kernel(a_ptr, bhi_ptr, blo_ptr, sa_ptr, isa_ptr, itb_ptr, c_ptr, M, N,
         a_off = rows[:, None].to(tl.int64) * K + offs_k[None, :]
         bt_off = cols[:, None].to(tl.int64) * K + offs_k[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        num_kb = tl.cdiv(K, BLOCK_K)
+        inv_t = tl.load(itb_ptr + pid_n)
+        for k in range(0, num_kb):
+            # B's tile scale of the next K step, loaded a step ahead (its latency hides behind this step)
+            inv_t_next = tl.load(itb_ptr + tl.minimum(k + 1, num_kb - 1) * num_pid_n + pid_n)
             k0 = k * BLOCK_K
             k_ok = offs_k[None, :] < K - k0
             a = tl.load(a_ptr + a_off + k0, mask=k_ok, other=0.0) * sa[:, None]
@@ -145,12 +142,14 @@ def _mm3h_kernel(a_ptr, bhi_ptr, blo_ptr, sa_ptr, isa_ptr, itb_ptr, c_ptr, M, N,
             b_lo = tl.trans(tl.load(blo_ptr + bt_off + k0, mask=k_ok, other=0.0))
             a_hi = a.to(tl.float16)
             a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
-            # a chain (not `acc += tl.dot(...)`, which Triton folds into one long-lived accumulator)
+            # a chain into a fresh accumulator (`acc += tl.dot(a, b)` would be folded into one long-lived
+            # tensor-core accumulator), promoted with B's tile scale undone
             part = tl.dot(a_lo, b_hi)
             part = tl.dot(a_hi, b_lo, part)
             part = tl.dot(a_hi, b_hi, part)
-            acc += part
-        acc = acc * tl.load(isa_ptr + rows)[:, None] * tl.load(itb_ptr + cols)[None, :]
+            acc += part * inv_t
+            inv_t = inv_t_next
+        acc = acc * tl.load(isa_ptr + rows)[:, None]
         c_off = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
         tl.store(c_ptr + c_off, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
@@ -176,14 +175,14 @@ class ModelNew(nn.Module):
             return C
         if K == 0:
             return C.zero_()
-        scales = torch.empty(2 * (M + N), device=A.device, dtype=torch.float32)
-        sa, isa, tb, itb = scales.split([M, M, N, N])
-        _amax_kernel[(triton.cdiv(M, AMAX_ROWS) + triton.cdiv(N, AMAX_ROWS),)](
-            A, B, sa, isa, tb, itb, M, N, K, ROWS=AMAX_ROWS, CHUNK=128, num_warps=4)
+        b_tiles = triton.cdiv(K, BLOCK_K) * triton.cdiv(N, BLOCK_N)
+        scales = torch.empty(2 * M + b_tiles, device=A.device, dtype=torch.float32)
+        sa, isa, itb = scales.split([M, M, b_tiles])
         b_hi = torch.empty((N, K), device=A.device, dtype=torch.float16)
         b_lo = torch.empty_like(b_hi)
-        _split_bt_kernel[(triton.cdiv(K, SPLIT_BLOCK), triton.cdiv(N, SPLIT_BLOCK))](
-            B, tb, b_hi, b_lo, K, N, BLOCK=SPLIT_BLOCK, num_warps=8)
+        _prep_kernel[(triton.cdiv(M, AMAX_ROWS) + b_tiles,)](
+            A, B, sa, isa, b_hi, b_lo, itb, M, N, K, BLOCK_K=BLOCK_K, BLOCK_N=BLOCK_N, ROWS=AMAX_ROWS, CHUNK=128,
+            num_warps=8)
         tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         programs = _programs(A.device, tiles)
         _mm3h_kernel[(programs,)](A, b_hi, b_lo, sa, isa, itb, C, M, N, K, programs,
