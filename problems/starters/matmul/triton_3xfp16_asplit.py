@@ -2,35 +2,39 @@
 
 Why fp16 and not TF32: fp16 has the same 11-bit significand as TF32, so x = hi + lo with hi = fp16(x) and
 lo = fp16(x - hi) carries 22 bits, like the 3xTF32 split, and C = A_hi B_hi + A_hi B_lo + A_lo B_hi loses
-the same ~2^-22 per product.  But Hopper runs fp16 MMAs at twice the TF32 rate (m64nNk16 instead of
-k8), and an fp16 operand is 2 bytes instead of 4.  Against triton_3xtf32_asplit.py (1.39 ms judged):
-  * tensor-core work per K step halves (three fp16 MMAs cost what 1.5 TF32 MMAs cost): the floor of
-    412 GFLOP of products drops from ~1.0 ms (TF32 / 3) to ~0.5 ms (fp16 / 3, 802 TFLOP/s measured);
+the same ~2^-22 per product.  But Hopper runs fp16 MMAs at twice the TF32 rate (m64nNk16 in the time of
+m64nNk8), and an fp16 operand is 2 bytes instead of 4.  Against triton_3xtf32_asplit.py (1.39 ms judged):
+  * tensor-core work halves: three fp16 MMAs cost what 1.5 TF32 MMAs cost, so the floor for the 412 GFLOP
+    of products drops from ~1.0 ms (TF32 / 3) to ~0.5 ms (fp16 / 3 at the measured 802 TFLOP/s);
   * operand bytes per K step drop by a third: A stays fp32 (4 B, split in registers), B_hi and B_lo are
-    2 B each, so a 128x128 tile streams 128*BK*(4 + 2 + 2) bytes per K step instead of 128*BK*12:
-    at BK = 64, 64 KiB per 3 x 128x128x64 MMAs (asplit: 96 KiB for the same MMAs);
+    2 B each: a 128x128 tile streams 128*BK*(4 + 4) bytes per K step instead of 128*BK*(4 + 8);
   * the B pre-pass writes 2 x 32 MiB of fp16 instead of 2 x 64 MiB of fp32.
-fp16's catch is its 5-bit exponent (max 65504, normal min 2^-14), so every row of A and every column
-of B is scaled by a power of two first (exact), chosen so that its largest |x| lands in [2^14, 2^15):
-hi never overflows and lo stays normal for elements down to ~2^-10 of the row's maximum (below that lo
-goes subnormal and keeps an absolute error of 2^-25 of the scaled unit: 2^-39 of the row's maximum).
-C is unscaled in the epilogue (C_ij * 2^-a_i * 2^-b_j, exact).  Elements more than ~2^24 below their
-row's (column's) maximum lose bits that TF32 would keep; inf/NaN inputs are not propagated like torch.
+kgen's roofline floor for fp32 problems is TF32 / 3 (0.989 ms here): this kernel may legitimately run
+below it, which kgen would call `suspicious` until the floor counts fp16 / 3 (kgen/roofline.py).
 
-Passes: (1) _amax_kernel reads A and B once for the row / column maxima -> the scales (2 x 64 MiB read,
-~45 us at 3 TB/s); (2) _split_bt_kernel reads B, writes B_hi and B_lo fp16 transposed to [N, K] (wgmma
-and Triton's pipeliner want K-major B: an [K, N] fp16 B was not pipelined by Triton 3.6), 64 MiB read +
-64 MiB written (~45 us); (3) _mm3h_kernel: A fp32 tile -> registers, scaled and split into fp16 hi/lo
-(wgmma takes A from registers), three chained m64n128k16 wgmmas per K step into a fresh accumulator,
-promoted into an fp32 sum every K step (the tensor core's own accumulation over K = 4096 drifts: see
-triton_3xtf32_asplit.py), grouped persistent tile order.
+fp16's catch is its 5-bit exponent (max 65504, smallest normal 2^-14), so values are scaled by powers of
+two (exact) so that the largest |x| of a group lands in [2^14, 2^15): hi never overflows and lo stays a
+normal fp16 down to ~2^-10 of the group's max (below that it keeps an absolute error of 2^-25 of the
+scaled unit, 2^-39 of the max).  Groups: each row of A (its max over all of K, a read of A in the prep
+launch), each [BLOCK_K, BLOCK_N] tile of B (the GEMM's B tile; its max is local to the prep program that
+splits it, so B is read once).  The GEMM undoes B's tile scale at each K step's promotion (acc +=
+part * 1/t: an FMA instead of an add) and A's row scale in the epilogue.  Elements more than ~2^20 below
+the max of their B tile (A row) lose bits TF32 would keep; inf/NaN inputs are not propagated like torch.
 
-Accuracy (CPU, numpy, exact products, 256x4096x256, x1/x100/x1e-6/x1e6 inputs): normwise 7.5e-8, max
-element error 2.9e-7 of (rms(ref) + |ref|): the same as the 3xTF32 split (7.6e-8 / 3.0e-7); the H100
-adds the tensor core's accumulation (3xTF32 measured 2.4e-7 in total).
-sm_90 build (Triton 3.6, no GPU, 4096^3 shapes): BLOCK_K 64, 8 warps, 3 stages: 223 registers, no
-spills, 160 KiB shared memory, 12 m64n128k16 f16 wgmmas per K step (BLOCK_K 32: 200 registers).
-Not yet run on a GPU.
+Launches: (1) _prep_kernel: A row maxima (64 MiB read) and B tiles -> B_hi, B_lo fp16 transposed to
+[N, K] (64 MiB read, 64 MiB written; K-major B is what wgmma wants: an [K, N] fp16 B was not pipelined
+by Triton 3.6), ~65 us at 3 TB/s; (2) _mm3h_kernel: grouped persistent tiles; A fp32 tile -> registers,
+scaled and split into fp16 hi/lo (wgmma's register operand); three chained m64n128k16 wgmmas per K step
+into a fresh accumulator, promoted into the fp32 sum every K step (the tensor core's own accumulation
+over K = 4096 drifts: triton_3xtf32_asplit.py); B's next scale is loaded a step ahead.
+
+Accuracy: numpy (exact products, fp64 sums; 256x4096x256, inputs x1, x100, x1e-6, x1e6) normwise 7.5e-8,
+worst element 2.9e-7 of (rms(ref) + |ref|): the same as the 3xTF32 split (7.6e-8 / 3.0e-7); the H100's
+tensor-core accumulation adds to that (3xTF32 measured 2.4e-7 in all).  Interpreter (fp32 sums):
+1.4e-7 to 1.8e-7 normwise at 96^3, 130x520x70, 64x2048x64, with rows/columns scaled 1e-8..1e8 too.
+sm_90 build (Triton 3.6, no GPU, 4096^3 shapes): BLOCK_K 64, 8 warps, 3 stages: 230 registers, no
+spills, 160 KiB shared memory (4 stages: 224 KiB), 12 m64n128k16 f16 wgmmas and ~340 SASS instructions
+per warp per K step; BLOCK_K 32: 209 registers.  Not yet run on a GPU.
 """
 import torch
 import torch.nn as nn
