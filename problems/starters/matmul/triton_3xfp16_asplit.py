@@ -34,7 +34,8 @@ tensor-core accumulation adds to that (3xTF32 measured 2.4e-7 in all).  Interpre
 1.4e-7 to 1.8e-7 normwise at 96^3, 130x520x70, 64x2048x64, with rows/columns scaled 1e-8..1e8 too.
 sm_90 build (Triton 3.6, no GPU, 4096^3 shapes): BLOCK_K 64, 8 warps, 3 stages: 230 registers, no
 spills, 160 KiB shared memory (4 stages: 224 KiB), 12 m64n128k16 f16 wgmmas and ~340 SASS instructions
-per warp per K step; BLOCK_K 32: 209 registers.  Not yet run on a GPU.
+per warp per K step; BLOCK_K 32: 209 registers.  4 warps, 64x128 tiles, BLOCK_K 32, 3 stages: 227
+registers, 64 KiB (2 CTAs per SM: PERSISTENT 2 or 0).  Not yet run on a GPU.
 """
 import torch
 import torch.nn as nn
@@ -47,7 +48,7 @@ BLOCK_K = 64
 GROUP_M = 8
 NUM_WARPS = 8
 NUM_STAGES = 3
-PERSISTENT = 1    # 1: one program per SM loops over the output tiles in grouped order
+PERSISTENT = 1    # p > 0: p programs per SM loop over the output tiles in grouped order; 0: a program per tile
 AMAX_ROWS = 16    # rows of A per program of the row-max pass
 
 KGEN_TUNABLE = {
@@ -57,7 +58,7 @@ KGEN_TUNABLE = {
     "GROUP_M": [4, 8, 16],
     "NUM_WARPS": [4, 8],
     "NUM_STAGES": [2, 3, 4],
-    "PERSISTENT": [0, 1],
+    "PERSISTENT": [0, 1, 2],
 }
 
 
@@ -160,7 +161,7 @@ def _mm3h_kernel(a_ptr, bhi_ptr, blo_ptr, sa_ptr, isa_ptr, itb_ptr, c_ptr, M, N,
 
 def _programs(device, tiles):
     if PERSISTENT and device.type == "cuda":
-        return min(tiles, torch.cuda.get_device_properties(device).multi_processor_count)
+        return min(tiles, PERSISTENT * torch.cuda.get_device_properties(device).multi_processor_count)
     return tiles
 
 
