@@ -83,12 +83,12 @@ def _prep_kernel(a_ptr, b_ptr, sa_ptr, isa_ptr, hi_ptr, lo_ptr, itb_ptr, M, N, K
     if pid < a_programs:  # first: these are the long programs (ROWS whole rows each)
         rows = pid * ROWS + tl.arange(0, ROWS)
         ka = tl.arange(0, CHUNK)
-        ma = tl.zeros((ROWS, CHUNK), dtype=tl.float32)
-        for k0 in range(0, K, CHUNK):
+        ma = tl.zeros((ROWS,), dtype=tl.float32)
+        for k0 in tl.range(0, K, CHUNK, num_stages=3):  # pipelined: a plain loop would wait on every load
             amask = (rows[:, None] < M) & (ka[None, :] < K - k0)
             y = tl.load(a_ptr + rows[:, None].to(tl.int64) * K + k0 + ka[None, :], mask=amask, other=0.0)
-            ma = tl.maximum(ma, tl.abs(y))
-        s, inv_s = _pow2_scale(tl.max(ma, axis=1))
+            ma = tl.maximum(ma, tl.max(tl.abs(y), axis=1))
+        s, inv_s = _pow2_scale(ma)
         tl.store(sa_ptr + rows, s, mask=rows < M)
         tl.store(isa_ptr + rows, inv_s, mask=rows < M)
     else:
@@ -186,7 +186,7 @@ class ModelNew(nn.Module):
         b_hi = torch.empty((N, K), device=A.device, dtype=torch.float16)
         b_lo = torch.empty_like(b_hi)
         _prep_kernel[(triton.cdiv(M, AMAX_ROWS) + b_tiles,)](
-            A, B, sa, isa, b_hi, b_lo, itb, M, N, K, BLOCK_K=BLOCK_K, BLOCK_N=BLOCK_N, ROWS=AMAX_ROWS, CHUNK=128,
+            A, B, sa, isa, b_hi, b_lo, itb, M, N, K, BLOCK_K=BLOCK_K, BLOCK_N=BLOCK_N, ROWS=AMAX_ROWS, CHUNK=256,
             num_warps=8)
         tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
         programs = _programs(A.device, tiles)
