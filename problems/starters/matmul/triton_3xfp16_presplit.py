@@ -16,10 +16,9 @@ Scales, all local to one tile of the prep pass, so no extra pass for maxima: A p
 BLOCK_K): the row's max over those BLOCK_K elements; B per [BLOCK_K, BLOCK_N] tile (the GEMM's tile):
 one power of two from the tile's max.  The GEMM undoes them per K step, when it promotes: acc +=
 part * (1/s_row,kb * 1/t_kb,nb), one fused multiply-add per accumulator element.  The largest scaled
-value lands in [2^14, 2^15) (fp16 max 65504), and lo stays a normal fp16 down to ~2^-10 of its row's
-(tile's) max; below that it keeps an absolute error of 2^-25 of the scaled unit (2^-39 of the max).
-Elements far (> ~2^20) below the max of their B tile lose bits TF32 would keep; inf/NaN inputs are not
-propagated like torch's.
+value lands in [2^14, 2^15) (fp16 max 65504); hi + lo keeps 22+ bits down to ~2^-16 of its group's
+max, below that an absolute error of 2^-25 of the scaled unit (2^-20 of the max: ~19 bits; see
+triton_3xfp16_asplit.py).  inf/NaN inputs are not propagated like torch's.
 
 Passes: (1) _prep_kernel: A tiles [64, BLOCK_K] -> A_hi, A_lo [M, K] fp16 + 1/s [K/BLOCK_K, M]; B tiles
 [BLOCK_K, BLOCK_N] -> B_hi, B_lo transposed to [N, K] fp16 (K-major, which wgmma wants) + 1/t; 128 MiB
