@@ -38,37 +38,40 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
+BLOCK_M = 128
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-3), all multiplying the same A tiles
-MODE = 2          # 2: hi*w_hi and the two small products in separate accumulators; 1: promote every step
+MODE = 1          # 1: promote every K step; 2: hi*w_hi apart from the two small products; 3: those two as one dot
 A_L1 = 0          # 1: A loaded in 8-byte .ca pieces (through L1), 0: 16-byte cp.async (L2 only)
-NUM_WARPS = 4
+A_REGS = 0        # 1: A as a register operand of the MMAs (read from shared memory once per step, not per dot)
+NUM_WARPS = 8
 NUM_STAGES = 4
+MAXNREG = 0       # registers per thread cap (0: none); 128 lets two 8-warp programs share an SM
 S2D_BLOCK_J = 32  # s2d pixels per prologue program
 BLOCK_K = 16      # one fp16 MMA deep; also the channel padding unit (48 channels at AlexNet's size)
 X_SHIFT = 3       # x is scaled by 2^X_SHIFT before the split (exact): range vs small-value precision
 
-# Registers / spills per thread (sm_90, Triton 3.9), MODE 2, NSUB 3 x BLOCK_N 32 unless said:
-#   filled in below the tunables by the author's compile check (see the module docstring).
 KGEN_TUNABLE = {
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [32, 64, 128],
     "NSUB": [1, 2, 3],
-    "MODE": [1, 2],
+    "MODE": [1, 2, 3],
     "A_L1": [0, 1],
+    "A_REGS": [0, 1],
     "NUM_WARPS": [4, 8],
     "NUM_STAGES": [2, 3, 4, 5],
+    "MAXNREG": [0, 96, 128, 168],
     "S2D_BLOCK_J": [16, 32, 64],
 }
 
 
 @triton.jit
-def _s2d_split_kernel(x_ptr, xh_ptr, xl_ptr, C, H, W, Hs, Ws, pad,
+def _s2d_split_kernel(x_ptr, xs_ptr, C, H, W, Hs, Ws, pad,
                       S: tl.constexpr, CS: tl.constexpr, CS_PAD: tl.constexpr, CS_P2: tl.constexpr,
-                      BLOCK_J: tl.constexpr, X_SCALE: tl.constexpr):
-    # one program per (row i of x_s2d, BLOCK_J pixels j): reads 4 contiguous floats per (c, dy),
-    # writes BLOCK_J * CS_PAD contiguous halves to each of hi and lo; zeros for padding and channels past CS
+                      BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, X_SCALE: tl.constexpr):
+    # one program per (row i of x_s2d, BLOCK_J pixels j): reads 4 contiguous floats per (c, dy) and writes
+    # BLOCK_J * 2 * CS_PAD contiguous halves, each BLOCK_K channels as [hi x BLOCK_K | lo x BLOCK_K];
+    # zeros for padding and for channels past CS
     row = tl.program_id(0)                        # n * Hs + i
     n = row // Hs
     i = row % Hs
@@ -84,18 +87,21 @@ def _s2d_split_kernel(x_ptr, xh_ptr, xl_ptr, C, H, W, Hs, Ws, pad,
     v = tl.load(x_ptr + src, mask=inside, other=0.0) * X_SCALE   # a power of two: exact
     hi = v.to(tl.float16)
     lo = (v - hi.to(tl.float32)).to(tl.float16)   # v - hi is exact in fp32
-    dst = (row.to(tl.int64) * Ws + j[:, None]) * CS_PAD + cs[None, :]
+    dst = (row.to(tl.int64) * Ws + j[:, None]) * (2 * CS_PAD) + (cs + (cs // BLOCK_K) * BLOCK_K)[None, :]
     ok = (j < Ws)[:, None] & (cs < CS_PAD)[None, :]
-    tl.store(xh_ptr + dst, hi, mask=ok)
-    tl.store(xl_ptr + dst, lo, mask=ok)
+    tl.store(xs_ptr + dst, hi, mask=ok)
+    tl.store(xs_ptr + dst + BLOCK_K, lo, mask=ok)
 
 
 @triton.jit
-def _weight_split_kernel(w_ptr, hi_ptr, lo_ptr, inv_ptr, OC, C, KH, KW, KWs, K,
-                         S: tl.constexpr, CS_PAD: tl.constexpr, X_SHIFT: tl.constexpr, BLOCK: tl.constexpr):
-    # w [OC, C, KH, KW] -> hi, lo [OC_pad, K] fp16 with k = (a*KWs + b)*CS_PAD + (c*S + dy)*S + dx,
-    # tap (kh, kw) = (a*S + dy, b*S + dx), scaled by 2^e (e per output channel: max |w| * 2^e in
-    # [2^13, 2^14)); inv[oc] = 2^-(e + X_SHIFT) undoes both scalings. One program per output channel.
+def _weight_split_kernel(w_ptr, ws_ptr, inv_ptr, OC, C, KH, KW, KWs, K,
+                         S: tl.constexpr, CS_PAD: tl.constexpr, BLOCK_K: tl.constexpr, X_SHIFT: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # w [OC, C, KH, KW] -> ws [OC_pad, 2K] fp16, K-major, each BLOCK_K of k as [lo x BLOCK_K | hi x BLOCK_K]
+    # (x_s2d's chunks are [hi | lo]: one chunk of each multiplied along K gives hi*w_lo + lo*w_hi), with
+    # k = (a*KWs + b)*CS_PAD + (c*S + dy)*S + dx, tap (kh, kw) = (a*S + dy, b*S + dx), scaled by 2^e
+    # (e per output channel: max |w| * 2^e in [2^13, 2^14), so lo stays normal); inv[oc] = 2^-(e + X_SHIFT)
+    # undoes both scalings. One program per output channel.
     oc = tl.program_id(0)
     CKK = C * KH * KW
     ckk_limit = tl.where(oc < OC, CKK, 0)
@@ -121,24 +127,32 @@ def _weight_split_kernel(w_ptr, hi_ptr, lo_ptr, inv_ptr, OC, C, KH, KW, KWs, K,
         w = tl.load(w_ptr + ((oc * C + c) * KH + kh) * KW + kw, mask=ok, other=0.0) * scale
         hi = w.to(tl.float16)
         lo = (w - hi.to(tl.float32)).to(tl.float16)
-        tl.store(hi_ptr + oc * K + kk, hi, mask=kk < K)
-        tl.store(lo_ptr + oc * K + kk, lo, mask=kk < K)
+        dst = oc * (2 * K) + kk + (kk // BLOCK_K) * BLOCK_K
+        tl.store(ws_ptr + dst, lo, mask=kk < K)
+        tl.store(ws_ptr + dst + BLOCK_K, hi, mask=kk < K)
 
 
 @triton.jit
-def _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off, acc, acc2, MODE: tl.constexpr):
-    # the three products of (a_hi + a_lo) @ (w_hi + w_lo) but lo*lo; W tiles are K-major [BLOCK_N, BLOCK_K]
-    b_hi = tl.trans(tl.load(whi_ptr + w_off))
-    b_lo = tl.trans(tl.load(wlo_ptr + w_off))
+def _mma3(a_hi, a_x, ws_ptr, w_off, acc, acc2, MODE: tl.constexpr, BLOCK_K: tl.constexpr):
+    # the three products of (a_hi + a_lo) @ (w_hi + w_lo) but lo*lo; w_off [BLOCK_N, 1]: this K step's
+    # chunk [w_lo | w_hi] of each output channel (K-major). a_x is a_lo (MODE 1, 2) or [a_hi | a_lo] (MODE 3).
+    kk = tl.arange(0, BLOCK_K)[None, :]
+    b_hi = tl.trans(tl.load(ws_ptr + w_off + BLOCK_K + kk))
     if MODE == 1:   # a fresh accumulator per step, promoted by an fp32 add
-        part = tl.dot(a_lo, b_hi)
+        b_lo = tl.trans(tl.load(ws_ptr + w_off + kk))
+        part = tl.dot(a_x, b_hi)
         part = tl.dot(a_hi, b_lo, part)
         part = tl.dot(a_hi, b_hi, part)
         acc += part
-    else:           # the large product alone; each accumulator only feeds itself (async across steps)
+    elif MODE == 2:  # the large product alone, the two small ones chained in a second accumulator
+        b_lo = tl.trans(tl.load(ws_ptr + w_off + kk))
         acc = tl.dot(a_hi, b_hi, acc)
         acc2 = tl.dot(a_hi, b_lo, acc2)
-        acc2 = tl.dot(a_lo, b_hi, acc2)
+        acc2 = tl.dot(a_x, b_hi, acc2)
+    else:            # MODE 3: [hi | lo] . [w_lo ; w_hi] in one dot of depth 2*BLOCK_K: no chained dots
+        b_cat = tl.trans(tl.load(ws_ptr + w_off + tl.arange(0, 2 * BLOCK_K)[None, :]))
+        acc = tl.dot(a_hi, b_hi, acc)
+        acc2 = tl.dot(a_x, b_cat, acc2)
     return acc, acc2
 
 
@@ -157,11 +171,11 @@ def _store_tile(y_ptr, inv_ptr, bias_ptr, acc, acc2, y_img, p, p_ok, offs_n, OC,
     tl.store(y_ptr + y_off, acc, mask=p_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
-def _conv_kernel(xh_ptr, xl_ptr, whi_ptr, wlo_ptr, inv_ptr, bias_ptr, y_ptr,
+@triton.jit(do_not_specialize=["zero"])
+def _conv_kernel(xs_ptr, ws_ptr, inv_ptr, bias_ptr, y_ptr, zero,
                  OC, OH, OW, Hs, Ws, K,
                  KWs: tl.constexpr, CS_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
-                 MODE: tl.constexpr, A_L1: tl.constexpr, OFF64: tl.constexpr,
+                 MODE: tl.constexpr, A_L1: tl.constexpr, A_REGS: tl.constexpr, OFF64: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NSUB: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_p = tl.program_id(0)                      # tile of pixels inside one image
     img = tl.program_id(1)
@@ -173,19 +187,18 @@ def _conv_kernel(xh_ptr, xl_ptr, whi_ptr, wlo_ptr, inv_ptr, bias_ptr, y_ptr,
     ow = p_ld % OW
     pix = (img * Hs + oh) * Ws + ow               # top-left tap's pixel in x_s2d
     if OFF64:
-        base = pix.to(tl.int64) * CS_PAD
+        base = pix.to(tl.int64) * (2 * CS_PAD)
     else:
-        base = pix * CS_PAD
-    base = tl.multiple_of(base, BLOCK_K)
+        base = pix * (2 * CS_PAD)
+    base = tl.multiple_of(base, 2 * BLOCK_K)
     ar = tl.arange(0, BLOCK_K)
-    if A_L1:
-        kk = (ar // 4) * 4 + ar % 4               # same offsets, contiguity 4: 8-byte (.ca) copies
-    else:
-        kk = ar
+    ac = tl.arange(0, 2 * BLOCK_K)
+    if A_L1:                                      # same offsets, contiguity 4: 8-byte (.ca) copies
+        ar = (ar // 4) * 4 + ar % 4
+        ac = (ac // 4) * 4 + ac % 4
     n0 = pid_n * (NSUB * BLOCK_N)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    w_off = offs_n[:, None] * K + ar[None, :]     # [BLOCK_N, BLOCK_K], K-major
-    w_sub = BLOCK_N * K                           # next channel tile
+    w_row = (n0 + tl.arange(0, BLOCK_N))[:, None] * (2 * K)   # [BLOCK_N, 1]
+    w_sub = BLOCK_N * 2 * K                       # next channel tile
 
     acc0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -195,23 +208,33 @@ def _conv_kernel(xh_ptr, xl_ptr, whi_ptr, wlo_ptr, inv_ptr, bias_ptr, y_ptr,
     cor2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         tap = k0 // CS_PAD                        # scalar work only: a step never crosses a tap
-        tap_off = ((tap // KWs) * Ws + tap % KWs) * CS_PAD + k0 % CS_PAD
-        tap_off = tl.multiple_of(tap_off, BLOCK_K)
-        a_off = (base + tap_off)[:, None] + kk[None, :]
+        tap_off = ((tap // KWs) * Ws + tap % KWs) * (2 * CS_PAD) + 2 * (k0 % CS_PAD)
+        a_row = (base + tl.multiple_of(tap_off, 2 * BLOCK_K))[:, None]
         if A_L1:
-            a_hi = tl.load(xh_ptr + a_off, cache_modifier=".ca")
-            a_lo = tl.load(xl_ptr + a_off, cache_modifier=".ca")
+            a_hi = tl.load(xs_ptr + a_row + ar[None, :], cache_modifier=".ca")
+            if MODE == 3:
+                a_x = tl.load(xs_ptr + a_row + ac[None, :], cache_modifier=".ca")
+            else:
+                a_x = tl.load(xs_ptr + a_row + BLOCK_K + ar[None, :], cache_modifier=".ca")
         else:
-            a_hi = tl.load(xh_ptr + a_off)
-            a_lo = tl.load(xl_ptr + a_off)
-        acc0, cor0 = _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off + k0, acc0, cor0, MODE)
+            a_hi = tl.load(xs_ptr + a_row + ar[None, :])
+            if MODE == 3:
+                a_x = tl.load(xs_ptr + a_row + ac[None, :])
+            else:
+                a_x = tl.load(xs_ptr + a_row + BLOCK_K + ar[None, :])
+        if A_REGS:   # a runtime no-op (zero = 0): A becomes a register operand, read from shared memory
+            a_hi = (a_hi.to(tl.int16, bitcast=True) ^ zero.to(tl.int16)).to(tl.float16, bitcast=True)
+            a_x = (a_x.to(tl.int16, bitcast=True) ^ zero.to(tl.int16)).to(tl.float16, bitcast=True)
+        w_off = w_row + 2 * k0
+        acc0, cor0 = _mma3(a_hi, a_x, ws_ptr, w_off, acc0, cor0, MODE, BLOCK_K)
         if NSUB > 1:
-            acc1, cor1 = _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off + w_sub + k0, acc1, cor1, MODE)
+            acc1, cor1 = _mma3(a_hi, a_x, ws_ptr, w_off + w_sub, acc1, cor1, MODE, BLOCK_K)
         if NSUB > 2:
-            acc2, cor2 = _mma3(a_hi, a_lo, whi_ptr, wlo_ptr, w_off + 2 * w_sub + k0, acc2, cor2, MODE)
+            acc2, cor2 = _mma3(a_hi, a_x, ws_ptr, w_off + 2 * w_sub, acc2, cor2, MODE, BLOCK_K)
 
     p_ok = p < OHW
     y_img = img.to(tl.int64) * OC * OHW
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     _store_tile(y_ptr, inv_ptr, bias_ptr, acc0, cor0, y_img, p, p_ok, offs_n, OC, OHW, MODE, HAS_BIAS, RELU)
     if NSUB > 1:
         _store_tile(y_ptr, inv_ptr, bias_ptr, acc1, cor1, y_img, p, p_ok, offs_n + BLOCK_N, OC, OHW,
@@ -235,26 +258,25 @@ def conv2d_s2d_3xfp16(x, weight, bias, stride, padding, relu=False):
     Hs, Ws = OH + KHs - 1, OW + KWs - 1           # exactly the s2d pixels some output reads
     CS = S * S * C
     CS_PAD = triton.cdiv(CS, BLOCK_K) * BLOCK_K
-    xh = torch.empty((NB * Hs * Ws * CS_PAD,), device=x.device, dtype=torch.float16)
-    xl = torch.empty_like(xh)
+    xs = torch.empty((NB * Hs * Ws * 2 * CS_PAD,), device=x.device, dtype=torch.float16)
     _s2d_split_kernel[(NB * Hs, triton.cdiv(Ws, S2D_BLOCK_J))](
-        x, xh, xl, C, H, W, Hs, Ws, padding, S=S, CS=CS, CS_PAD=CS_PAD,
-        CS_P2=triton.next_power_of_2(CS_PAD), BLOCK_J=S2D_BLOCK_J, X_SCALE=float(2 ** X_SHIFT), num_warps=4)
+        x, xs, C, H, W, Hs, Ws, padding, S=S, CS=CS, CS_PAD=CS_PAD, CS_P2=triton.next_power_of_2(CS_PAD),
+        BLOCK_J=S2D_BLOCK_J, BLOCK_K=BLOCK_K, X_SCALE=float(2 ** X_SHIFT), num_warps=4)
     K = KHs * KWs * CS_PAD
     OC_pad = triton.cdiv(OC, NSUB * BLOCK_N) * NSUB * BLOCK_N
-    w_hi = torch.empty((OC_pad, K), device=x.device, dtype=torch.float16)
-    w_lo = torch.empty_like(w_hi)
+    ws = torch.empty((OC_pad, 2 * K), device=x.device, dtype=torch.float16)
     inv = torch.empty((OC_pad,), device=x.device, dtype=torch.float32)
-    _weight_split_kernel[(OC_pad,)](weight.contiguous().float(), w_hi, w_lo, inv, OC, C, KH, KW, KWs, K,
-                                    S=S, CS_PAD=CS_PAD, X_SHIFT=X_SHIFT, BLOCK=128, num_warps=4)
+    _weight_split_kernel[(OC_pad,)](weight.contiguous().float(), ws, inv, OC, C, KH, KW, KWs, K,
+                                    S=S, CS_PAD=CS_PAD, BLOCK_K=BLOCK_K, X_SHIFT=X_SHIFT, BLOCK=128, num_warps=4)
     OHW = OH * OW
     grid = (triton.cdiv(OHW, BLOCK_M), NB, OC_pad // (NSUB * BLOCK_N))
-    _conv_kernel[grid](xh, xl, w_hi, w_lo, inv, bias if bias is not None else inv, y,
+    extra = {"maxnreg": MAXNREG} if MAXNREG else {}
+    _conv_kernel[grid](xs, ws, inv, bias if bias is not None else inv, y, 0,
                        OC, OH, OW, Hs, Ws, K,
                        KWs=KWs, CS_PAD=CS_PAD, HAS_BIAS=bias is not None, RELU=relu,
-                       MODE=MODE, A_L1=A_L1, OFF64=xh.numel() >= 2**31,
+                       MODE=MODE, A_L1=A_L1, A_REGS=A_REGS, OFF64=xs.numel() >= 2**31,
                        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NSUB=NSUB, BLOCK_K=BLOCK_K,
-                       num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                       num_warps=NUM_WARPS, num_stages=NUM_STAGES, **extra)
     return y
 
 
