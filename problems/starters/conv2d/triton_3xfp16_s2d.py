@@ -2,36 +2,48 @@
 space-to-depth copy of the input (as triton_3xtf32_s2d.py) on FP16 tensor cores with a 3-way split
 that keeps fp32 accuracy ("3xFP16"): 2x the TF32 MMA rate, half the operand bytes, no split in the loop.
 
-Why (triton_3xtf32_s2d.py: 0.38 ms at AlexNet's size on the H100, 136-168 registers): per K step of 16 it
-loads an fp32 A tile through ldmatrix, splits it in registers and issues 9 chained 64x32x8 TF32 MMAs
-with a wait after each (ptx through Triton 3.9 for sm_90: `wgmma.wait_group 0` after every dot), and every
-64-row program reads the whole 332 KB of split weights (1.6 GB of L2->SM traffic per forward). Here:
-  * a prologue kernel writes x_s2d (as in the TF32 starter: 4x4x3 = 48 channels per s2d pixel, the
-    11x11/4 conv becomes a 3x3/1 conv, K = 432) already split: hi = fp16(x * 2^X_SHIFT),
-    lo = fp16(x * 2^X_SHIFT - hi), two [pixels, 48] fp16 tensors (60 MB, the bytes of one fp32 copy);
-  * the weight is scaled per output channel by a power of two (its largest |w| lands in [2^13, 2^14),
-    so lo stays a normal fp16) and split the same way, K-major; the epilogue multiplies by 2^-(e + X_SHIFT);
-  * the main loop only loads and multiplies: A tiles go to shared memory by cp.async and feed wgmma
-    directly (no ldmatrix, no ALU split), 64xNx16 FP16 MMAs (2x TF32's rate, half the bytes per element);
-  * MODE 2 sums hi*w_hi in one accumulator and hi*w_lo + lo*w_hi in a second, both loop-carried, so
-    only one wait per channel tile per K step; MODE 1 sums each K step in a fresh accumulator and
-    promotes it (3 waits per channel tile per step, the TF32 starter's scheme);
+Why: triton_3xtf32_s2d.py (0.387 ms judged at AlexNet's size on the H100) loads an fp32 A tile per K
+step of 16, splits it in registers and issues 9 chained 64x32x8 TF32 MMAs with `wgmma.wait_group 0`
+after each (its ptx through Triton 3.9 for sm_90), and every 64-row program reads all 332 KB of split
+fp32 weights: 2.1 GB of L2->SM traffic per forward (A 0.52 GB: each x_s2d pixel feeds 9 taps; weights
+1.57 GB), ~6 TB/s over its 0.345 ms kernel, i.e. about what the L2 delivers. Here:
+  * a prologue kernel writes x_s2d (4x4x3 = 48 channels per s2d pixel: the 11x11/4 conv is a 3x3/1
+    conv, K = 432) already split, hi = fp16(x * 2^X_SHIFT), lo = fp16(x * 2^X_SHIFT - hi), stored as
+    [hi x 16 | lo x 16] per 16 channels (60 MB: the bytes of one fp32 copy);
+  * the weight is scaled per output channel by a power of two (its largest |w| lands in [2^13, 2^14), so
+    lo stays a normal fp16), split the same way ([lo x 16 | hi x 16] per 16 of K, K-major); the
+    epilogue multiplies by 2^-(e + X_SHIFT) (exact);
+  * the main loop only loads and multiplies: tiles go to shared memory by cp.async and feed wgmma
+    directly, 64xNx16 FP16 MMAs; weights are 4 B per element (hi + lo) instead of 8, so a 128-row
+    program (the default) moves 0.92 GB in all from L2 (A 0.52, weights 0.39), 256 rows 0.72 GB;
+  * MODE 1 sums each K step's three products in a fresh accumulator and promotes it (the TF32
+    starter's scheme; 9 waits per step); MODE 2 keeps hi*w_hi in one accumulator and the two small
+    products in a second (one wait per channel tile and step); MODE 3 computes the two small products
+    as ONE dot of depth 32 ([hi | lo] . [w_lo ; w_hi]): no chained dots, the whole step stays async
+    (one `wgmma.wait_group 6` per step), at the price of reading hi and w_hi twice (1.5x the bytes);
+  * A_REGS = 1 passes A through a runtime no-op (xor with a zero argument) so the MMAs take A from
+    registers: the A tile is read from shared memory once per step instead of once per dot (with
+    shared-memory operands, 64x32x16 MMAs need ~190 B/clk of the SM's 128: A_REGS cuts that to ~100);
+  * A_L1 = 1 loads A in 8-byte .ca pieces (through L1): the three taps of a tap row read the same bytes
+    one pixel apart, so 2 of 3 A loads can hit L1 (Triton 3.6 makes every 16-byte cp.async .cg, which
+    bypasses L1; 8-byte ones are .ca);
   * a program covers BLOCK_M pixels of ONE image (grid: tiles per image x images x channel groups):
-    no division per row for the image, and the NCHW store is contiguous along the tile's pixels;
-  * A_L1 = 1 loads A in 8-byte pieces with .ca (L1-cached): the three taps of a tap row read the same
-    bytes one pixel apart, so 2 of 3 A loads can hit L1 (Triton 3.6 turns every 16-byte cp.async into
-    .cg, which bypasses L1; 8-byte ones are always .ca).
-Accuracy (the sum of the three products, lo*lo dropped: ~2^-22 relative per product, like 3xTF32):
-a simulation of Hopper's truncating MMA accumulation (products exact, terms aligned to the largest
-exponent and truncated; calibrated on the TF32 starter's measured 3.1e-6 normwise without promotion)
-gives normwise 1.3e-7 (MODE 1) and 5.5e-7 (MODE 2), the worst element at 5% and 13% of the judge's
-per-element bound; one chained accumulator (not offered) gives 1.5e-6 and 37%.
-Range: fp16 hi holds |x| * 2^X_SHIFT < 65504, i.e. |x| < 8188 with X_SHIFT = 3 (the judge's inputs: randn
-and 100 x randn, |x| < ~600); below that x is kept to max(2^-22 |x|, 2^-28) absolute.
-Traffic at AlexNet's size: x read (60 MB), x_s2d written (60 MB) and read (~60 MB from HBM, ~520 MB
-from L2: 9 taps), weights 166 KB per program from L2, y written (116 MB).
-MMA work: 3 x 2 x 302,500 x 96 x 432 = 75 GFLOP at FP16 rate (~990 TFLOP/s dense) = 0.076 ms.
-Registers (ptxas for sm_90 through Triton 3.9, no GPU; see the table in KGEN_TUNABLE's comment).
+    no per-row division for the image, and the NCHW store is contiguous along the tile's pixels.
+Accuracy: (hi + lo)(w_hi + w_lo) without lo*lo, ~2^-22 relative per product, like 3xTF32. A simulation
+of Hopper's truncating MMA accumulation (products exact, terms aligned to the largest exponent and
+truncated; it reproduces the TF32 starter's measured 3.1e-6 normwise without promotion and 1.5e-7
+with) gives normwise 1.3e-7 (MODE 1) and 5.5e-7 (MODE 2 and 3), the worst element at 4% and 15% of
+the judge's per-element bound; a single chained accumulator (not offered) 1.5e-6 and 37%.
+Range: fp16 hi holds |x| * 2^X_SHIFT < 65504, i.e. |x| < 8188 with X_SHIFT = 3 (the judge's inputs are
+randn and 100 x randn: |x| < ~600); x is kept to max(2^-22 |x|, 2^-28) absolute.
+Traffic at AlexNet's size: x read (60 MB), x_s2d written (60 MB) and read (60 MB from HBM), y written
+(116 MB): 0.1 ms of HBM in all, the conv's share overlapping its MMAs.
+MMA work: 3 x 2 x 302,500 x 96 x 432 = 75 GFLOP at the FP16 rate (~990 TFLOP/s dense): 0.076 ms.
+Registers/thread (ptxas for sm_90 through Triton 3.9, no GPU; BLOCK_N 32 x NSUB 3, 4 stages):
+  128 rows, 8 warps: MODE 1 107 (2 programs/SM), +A_L1 108, +A_REGS 134; MODE 2 134 (1/SM; MAXNREG 128:
+  128 + 24 bytes of stack), +A_REGS 152; MODE 3 + A_REGS 154 (82 KB shared); 128 rows, 4 warps: MODE 1
+  166 (MODE 2 spills); 64 rows, 4 warps: MODE 1 108, MODE 2 130 (3/SM), +A_REGS 150, MODE 3 + A_REGS
+  148, + A_L1 172; 256 rows, 8 warps, 3 stages: MODE 1 179; 128 x (2 x 64), 8 warps: MODE 1 140.
 """
 import torch
 import torch.nn as nn
