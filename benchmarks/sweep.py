@@ -2,6 +2,7 @@
 
     python benchmarks/sweep.py matmul triton_3xtf32_presplit.py --grid BLOCK_K=32,64 --grid NUM_STAGES=3,4
     python benchmarks/sweep.py conv2d triton_implicit_gemm.py --grid BLOCK_N=32,128 --json $OUT/conv2d.json
+    python benchmarks/sweep.py conv2d triton_3xfp16_s2d.py --combo MODE=2,BLOCK_M=64,NUM_WARPS=4 --combo MODE=3
 
 Each combination is the starter's source with the tunables rewritten the way the offline proposer
 rewrites them (kgen.proposers.offline.apply_changes), exec'd as a fresh module, run on fresh random
@@ -43,6 +44,8 @@ def parse_args():
     p.add_argument("starter", help="file name inside problems/starters/<problem>/, or a path")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
                    help="values to try for one tunable (others keep the source's value)")
+    p.add_argument("--combo", action="append", default=[], metavar="NAME=V[,NAME=V...]",
+                   help="one explicit setting (repeatable), tried on top of each --grid combination")
     p.add_argument("--size", default="full", choices=["full", "small"])
     p.add_argument("--tol", type=float, default=1e-5, help="normwise relative error allowed")
     p.add_argument("--json", help="write the rows here")
@@ -91,6 +94,15 @@ def main():
         if name not in tunables:
             sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
         grid.append((tunables[name], [int(v) for v in values.split(",")]))
+    explicit = []
+    for item in args.combo:
+        setting = {}
+        for pair in item.split(","):
+            name, _, value = pair.partition("=")
+            if name not in tunables:
+                sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
+            setting[name] = int(value)
+        explicit.append(setting)
 
     model = problem.make_model(seed=0, device=DEVICE)
     ref64 = problem.make_model(seed=0, device=DEVICE).double()
@@ -103,16 +115,26 @@ def main():
           flush=True)
 
     rows = []
+
+    def write_json():  # after every row too: a sweep killed by its caller's timeout keeps what it measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"problem": args.problem, "starter": os.path.basename(path),
+                           "device": torch.cuda.get_device_name() if GPU else "cpu",
+                           "torch": torch.__version__, "triton": triton.__version__, "eager_ms": eager_ms,
+                           "rows": rows}, f, indent=1)
+
     started = time.time()
-    combos = list(itertools.product(*[values for _, values in grid])) or [()]
-    for i, combo in enumerate(combos):
+    combos = [{**{t.name: v for (t, _), v in zip(grid, combo)}, **extra}
+              for combo in (list(itertools.product(*[values for _, values in grid])) or [()])
+              for extra in (explicit or [{}])]
+    for i, setting in enumerate(combos):
         if time.time() - started > args.budget_s:
             print(f"budget spent: {len(combos) - i} combinations not run", flush=True)
             break
-        setting = {t.name: v for (t, _), v in zip(grid, combo)}
         row = {"setting": setting}
         try:
-            mod = load_variant(apply_changes(source, [(t, v) for (t, _), v in zip(grid, combo)]), path, i)
+            mod = load_variant(apply_changes(source, [(tunables[k], v) for k, v in setting.items()]), path, i)
             new = matched_model_new(mod, problem, model)
             with torch.no_grad():
                 errs = []
@@ -135,16 +157,12 @@ def main():
                   f"  {row['speedup_eager']:.2f}x eager", flush=True)
         else:
             print(f"  {shown:60s} failed: {row['error']}", flush=True)
+        write_json()
 
     good = sorted((r for r in rows if r.get("ok")), key=lambda r: r["ms"])
     if good:
         print(f"best: {good[0]['setting']} {good[0]['ms']:.4f} ms ({good[0]['speedup_eager']:.2f}x eager {eager_ms:.4f})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"problem": args.problem, "starter": os.path.basename(path), "device": torch.cuda.get_device_name() if GPU else "cpu",
-                       "torch": torch.__version__, "triton": triton.__version__, "eager_ms": eager_ms, "rows": rows},
-                      f, indent=1)
-
+    write_json()
 
 if __name__ == "__main__":
     main()
