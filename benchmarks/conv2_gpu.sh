@@ -3,7 +3,7 @@
 # (conv2d/triton_3xfp16_s2d.py, conv_relu_maxpool/triton_3xfp16_s2d_then_pool.py) beside the current best
 # ones (the 3xTF32 s2d starters as written), same machine, same timing (benchmarks/sweep.py: do_bench
 # median, L2 flushed; normwise error of the x1 and x100 inputs vs float64):
-#   1. conv2d: the TF32 baseline, then 15 settings of the FP16 starter (MODE x tile x A_L1 / A_REGS / MAXNREG)
+#   1. conv2d: the TF32 baseline, then 15 settings of the FP16 starter (MODE x tile x A_L1 / A_REGS / stages)
 #   2. conv_relu_maxpool: the TF32 baseline, then the FP16 starter as written and at the two best conv2d
 #      settings (the best one also with POOL_BLOCK 1024)
 #   3. conv2d: around the best of 1 (stages -1/+1, A_L1 and A_REGS flipped), if time is left
@@ -66,18 +66,22 @@ print(",".join(f"{k}={v}" for k, v in b["setting"].items()))
 EOF
 }
 
-around() {  # around SETTING -> --combo lines: NUM_STAGES -1/+1, A_L1 and A_REGS flipped
-  python3 - "$1" <<'EOF'
-import sys
-s = dict(kv.split("=") for kv in sys.argv[1].split(",") if kv)
-full = {"MODE": "1", "BLOCK_M": "128", "NUM_WARPS": "8", "NUM_STAGES": "4", "A_L1": "0", "A_REGS": "0"}
-full.update(s)
+around() {  # around FILE SETTING JSON -> --combo args: NUM_STAGES -1/+1, A_L1 and A_REGS flipped (FILE's
+            # defaults for what SETTING leaves out), less the settings JSON's rows already measured
+  python3 - "$1" "$2" "$3" <<'EOF'
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+from kgen.proposers.offline import find_tunables
+defaults = {t.name: t.value for t in find_tunables(open(sys.argv[1]).read())}
+full = dict(defaults, **{k: int(v) for k, v in (kv.split("=") for kv in sys.argv[2].split(",") if kv)})
+done = [dict(defaults, **r["setting"]) for r in json.load(open(sys.argv[3]))["rows"]] if os.path.exists(sys.argv[3]) else []
+keys = ("MODE", "BLOCK_M", "BLOCK_N", "NSUB", "NUM_WARPS", "NUM_STAGES", "A_L1", "A_REGS", "MAXNREG")
 out = []
-for k, v in (("NUM_STAGES", str(int(full["NUM_STAGES"]) - 1)), ("NUM_STAGES", str(int(full["NUM_STAGES"]) + 1)),
-             ("A_L1", str(1 - int(full["A_L1"]))), ("A_REGS", str(1 - int(full["A_REGS"])))):
+for k, v in (("NUM_STAGES", full["NUM_STAGES"] - 1), ("NUM_STAGES", full["NUM_STAGES"] + 1),
+             ("A_L1", 1 - full["A_L1"]), ("A_REGS", 1 - full["A_REGS"])):
     c = dict(full, **{k: v})
-    if int(c["NUM_STAGES"]) >= 2:
-        out.append(",".join(f"{a}={b}" for a, b in c.items()))
+    if c["NUM_STAGES"] >= 2 and c not in done:
+        out.append(",".join(f"{a}={c[a]}" for a in keys))
 print(" ".join(f"--combo {c}" for c in out))
 EOF
 }
@@ -94,30 +98,30 @@ judge() {  # judge PROBLEM NAME: kgen eval of $R/NAME.py
 }
 
 {
-# 1. conv2d: baseline, then the FP16 starter (its default first: MODE 1, 128 rows, 8 warps, 4 stages)
+# 1. conv2d: baseline, then the FP16 starter (as written first: MODE 2, 128 rows, 8 warps, 4 stages)
 sweep c2-tf32 10 conv2d triton_3xtf32_s2d.py
-sweep c2-fp16 100 conv2d triton_3xfp16_s2d.py --combo MODE=1 \
+sweep c2-fp16 100 conv2d triton_3xfp16_s2d.py --combo MODE=2 --combo MODE=1 \
   --combo MODE=2,BLOCK_M=64,NUM_WARPS=4 --combo MODE=1,BLOCK_M=64,NUM_WARPS=4 \
-  --combo MODE=2 --combo MODE=2,MAXNREG=128 --combo MODE=1,NUM_WARPS=4 \
-  --combo MODE=1,BLOCK_M=256,NUM_STAGES=3 --combo MODE=1,A_L1=1 --combo MODE=1,A_REGS=1 \
-  --combo MODE=2,BLOCK_M=64,NUM_WARPS=4,A_L1=1 --combo MODE=2,BLOCK_M=64,NUM_WARPS=4,A_REGS=1 \
-  --combo MODE=3,BLOCK_M=64,NUM_WARPS=4,A_REGS=1 --combo MODE=3,A_REGS=1,NUM_STAGES=3 \
-  --combo MODE=1,BLOCK_N=64,NSUB=2 --combo MODE=2,A_REGS=1
+  --combo MODE=2,A_L1=1 --combo MODE=2,A_REGS=1 --combo MODE=1,A_REGS=1 --combo MODE=1,NUM_WARPS=4 \
+  --combo MODE=1,BLOCK_M=256,NUM_STAGES=3 --combo MODE=2,BLOCK_M=64,NUM_WARPS=4,A_L1=1 \
+  --combo MODE=2,BLOCK_M=64,NUM_WARPS=4,A_REGS=1 --combo MODE=3,BLOCK_M=64,NUM_WARPS=4,A_REGS=1 \
+  --combo MODE=3,A_REGS=1,NUM_STAGES=3 --combo MODE=2,NUM_STAGES=3 --combo MODE=1,BLOCK_N=64,NSUB=2
 b1=$(best best-conv2d 1 $C2/triton_3xfp16_s2d.py "$R/c2-fp16.json")
 b2=$(best unused 2 $C2/triton_3xfp16_s2d.py "$R/c2-fp16.json")
 echo "== conv2d best: ${b1:-none}; second: ${b2:-none}"
 # 2. conv_relu_maxpool: baseline, then the new starter as written and at the best conv2d settings
 sweep crm-tf32 10 conv_relu_maxpool triton_3xtf32_s2d_then_pool.py
-combos=(--combo MODE=1)
-[ -n "$b1" ] && combos+=(--combo "$b1" --combo "$b1,POOL_BLOCK=1024")
-[ -n "$b2" ] && combos+=(--combo "$b2")
+combos=(--combo MODE=2)             # as written
+[ -n "$b1" ] && [ "$b1" != MODE=2 ] && combos+=(--combo "$b1")
+[ -n "$b1" ] && combos+=(--combo "$b1,POOL_BLOCK=1024")
+[ -n "$b2" ] && [ "$b2" != MODE=2 ] && combos+=(--combo "$b2")
 sweep crm-fp16 45 conv_relu_maxpool triton_3xfp16_s2d_then_pool.py "${combos[@]}"
 bp=$(best best-conv_relu_maxpool 1 $CRM/triton_3xfp16_s2d_then_pool.py "$R/crm-fp16.json")
 echo "== conv_relu_maxpool best: ${bp:-none}"
 # 3. conv2d around its best, if time is left
 if [ -n "$b1" ]; then
   # shellcheck disable=SC2046
-  sweep c2-fp16-around 40 conv2d triton_3xfp16_s2d.py $(around "$b1")
+  sweep c2-fp16-around 40 conv2d triton_3xfp16_s2d.py $(around $C2/triton_3xfp16_s2d.py "$b1" "$R/c2-fp16.json")
   b1=$(best best-conv2d 1 $C2/triton_3xfp16_s2d.py "$R/c2-fp16.json" "$R/c2-fp16-around.json")
   echo "== conv2d best after step 3: ${b1:-none}"
 fi

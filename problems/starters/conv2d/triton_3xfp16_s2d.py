@@ -6,7 +6,8 @@ Why: triton_3xtf32_s2d.py (0.387 ms judged at AlexNet's size on the H100) loads 
 step of 16, splits it in registers and issues 9 chained 64x32x8 TF32 MMAs with `wgmma.wait_group 0`
 after each (its ptx through Triton 3.9 for sm_90), and every 64-row program reads all 332 KB of split
 fp32 weights: 2.1 GB of L2->SM traffic per forward (A 0.52 GB: each x_s2d pixel feeds 9 taps; weights
-1.57 GB), ~6 TB/s over its 0.345 ms kernel, i.e. about what the L2 delivers. Here:
+1.57 GB), ~6 TB/s over its ~0.345 ms kernel, near what the L2 can deliver (the likely limit, not yet
+confirmed by ncu). Here:
   * a prologue kernel writes x_s2d (4x4x3 = 48 channels per s2d pixel: the 11x11/4 conv is a 3x3/1
     conv, K = 432) already split, hi = fp16(x * 2^X_SHIFT), lo = fp16(x * 2^X_SHIFT - hi), stored as
     [hi x 16 | lo x 16] per 16 channels (60 MB: the bytes of one fp32 copy);
@@ -14,8 +15,9 @@ fp32 weights: 2.1 GB of L2->SM traffic per forward (A 0.52 GB: each x_s2d pixel 
     lo stays a normal fp16), split the same way ([lo x 16 | hi x 16] per 16 of K, K-major); the
     epilogue multiplies by 2^-(e + X_SHIFT) (exact);
   * the main loop only loads and multiplies: tiles go to shared memory by cp.async and feed wgmma
-    directly, 64xNx16 FP16 MMAs; weights are 4 B per element (hi + lo) instead of 8, so a 128-row
-    program (the default) moves 0.92 GB in all from L2 (A 0.52, weights 0.39), 256 rows 0.72 GB;
+    directly, 64xNx16 FP16 MMAs; weights are 4 B per element (hi + lo) instead of 8, so 128-row
+    programs (the default: 8 warps, two 64-row warpgroups) move 0.92 GB in all from L2 (A 0.52,
+    weights 0.39), 256 rows 0.72 GB;
   * MODE 1 sums each K step's three products in a fresh accumulator and promotes it (the TF32
     starter's scheme; 9 waits per step); MODE 2 keeps hi*w_hi in one accumulator and the two small
     products in a second (one wait per channel tile and step); MODE 3 computes the two small products
@@ -39,11 +41,13 @@ randn and 100 x randn: |x| < ~600); x is kept to max(2^-22 |x|, 2^-28) absolute.
 Traffic at AlexNet's size: x read (60 MB), x_s2d written (60 MB) and read (60 MB from HBM), y written
 (116 MB): 0.1 ms of HBM in all, the conv's share overlapping its MMAs.
 MMA work: 3 x 2 x 302,500 x 96 x 432 = 75 GFLOP at the FP16 rate (~990 TFLOP/s dense): 0.076 ms.
-Registers/thread (ptxas for sm_90 through Triton 3.9, no GPU; BLOCK_N 32 x NSUB 3, 4 stages):
-  128 rows, 8 warps: MODE 1 107 (2 programs/SM), +A_L1 108, +A_REGS 134; MODE 2 134 (1/SM; MAXNREG 128:
-  128 + 24 bytes of stack), +A_REGS 152; MODE 3 + A_REGS 154 (82 KB shared); 128 rows, 4 warps: MODE 1
-  166 (MODE 2 spills); 64 rows, 4 warps: MODE 1 108, MODE 2 130 (3/SM), +A_REGS 150, MODE 3 + A_REGS
-  148, + A_L1 172; 256 rows, 8 warps, 3 stages: MODE 1 179; 128 x (2 x 64), 8 warps: MODE 1 140.
+Registers/thread (ptxas for sm_90 through Triton 3.6, the GPU's version, no GPU; this compile gives the
+TF32 starter's 136 that ncu measured on the H100; BLOCK_N 32 x NSUB 3, 4 stages unless said):
+  128 rows, 8 warps: MODE 2 128 (2 programs/SM; the default), +A_REGS 153; MODE 1 99, +A_L1 110,
+  +A_REGS 138; MODE 3 + A_REGS 158 (3 stages, 60 KB shared); 128 rows, 4 warps: MODE 1 190;
+  64 rows, 4 warps: MODE 2 128 (4/SM), +A_L1 128, +A_REGS 152; MODE 1 106; MODE 3 + A_REGS 147;
+  256 rows, 8 warps, 3 stages: MODE 1 175; 128 x (2 x 64), 8 warps: MODE 1 140. No spills in any.
+  (Triton 3.9 gives 134 for the default: one 8-warp program per SM; MAXNREG 128 then spills 24 bytes.)
 """
 import torch
 import torch.nn as nn
@@ -53,7 +57,7 @@ import triton.language as tl
 BLOCK_M = 128
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-3), all multiplying the same A tiles
-MODE = 1          # 1: promote every K step; 2: hi*w_hi apart from the two small products; 3: those two as one dot
+MODE = 2          # 1: promote every K step; 2: hi*w_hi apart from the two small products; 3: those two as one dot
 A_L1 = 0          # 1: A loaded in 8-byte .ca pieces (through L1), 0: 16-byte cp.async (L2 only)
 A_REGS = 0        # 1: A as a register operand of the MMAs (read from shared memory once per step, not per dot)
 NUM_WARPS = 8
