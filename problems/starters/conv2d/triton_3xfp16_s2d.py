@@ -4,7 +4,7 @@ that keeps fp32 accuracy ("3xFP16"): 2x the TF32 MMA rate, half the operand byte
 
 Why: triton_3xtf32_s2d.py (0.387 ms judged at AlexNet's size on the H100) loads an fp32 A tile per K
 step of 16, splits it in registers and issues 9 chained 64x32x8 TF32 MMAs with `wgmma.wait_group 0`
-after each (its ptx through Triton 3.9 for sm_90), and every 64-row program reads all 332 KB of split
+after each (its ptx through Triton 3.6 and 3.9 for sm_90), and every 64-row program reads all 332 KB of split
 fp32 weights: 2.1 GB of L2->SM traffic per forward (A 0.52 GB: each x_s2d pixel feeds 9 taps; weights
 1.57 GB), ~6 TB/s over its ~0.345 ms kernel, near what the L2 can deliver (the likely limit, not yet
 confirmed by ncu). Here:

@@ -6,15 +6,17 @@ of one image) with the ReLU in its epilogue, then the max pool kernel of triton_
 (any kernel/stride, no padding, floor mode) over the conv output.
 
 Why not fused: a pooled tile needs a halo of conv output that Triton cannot shift out of the MMA
-accumulator; tiles shaped to whole pool windows (3x3 stride 2) recompute >= 1.28x of the conv's MMAs
-(power-of-two tiles: 11x11 of 128 rows gives 5x5 pool windows) and still need a shuffle of the
-accumulator, against a round trip of 116 MB written + read (~0.08 ms of HBM time), which this starter
-keeps while the convolution is what gets faster (triton_3xtf32_s2d_then_pool.py: 0.431 ms judged).
+accumulator; tiles shaped to whole pool windows (3x3 stride 2: 2P+1 conv rows for P pooled ones)
+recompute 1.28x of the conv's MMAs at best (11x11 conv pixels in a 128-row tile pool to 5x5; with the
+27x27 pooled image's edge tiles 1.5x) and still need the accumulator pooled through a scratch copy,
+against a round trip of 116 MB written + read (~0.08 ms of HBM time) that this starter keeps while the
+convolution is what gets faster (triton_3xtf32_s2d_then_pool.py: 0.431 ms judged; its pool ~0.05 ms).
 See conv2d/triton_3xfp16_s2d.py for the split, the accuracy (simulated Hopper accumulation: normwise
 1.3e-7 MODE 1, 5.5e-7 MODE 2), the range (|x| < 8188 with X_SHIFT = 3) and the MODE / A_L1 / A_REGS knobs.
 Traffic: x read (60 MB), x_s2d written and read (60 MB each), conv output written and read (116 MB each),
 pooled output written (28 MB).
-Registers (ptxas for sm_90 through Triton 3.9, no GPU): as conv2d/triton_3xfp16_s2d.py (the ReLU adds none).
+Registers (ptxas for sm_90 through Triton 3.6, no GPU): the conv as conv2d/triton_3xfp16_s2d.py (the ReLU
+adds none: 128 at the default, 2 programs of 8 warps per SM), the pool kernel 40.
 """
 import torch
 import torch.nn as nn
