@@ -2,6 +2,7 @@
 
     python benchmarks/sweep.py matmul triton_3xtf32_presplit.py --grid BLOCK_K=32,64 --grid NUM_STAGES=3,4
     python benchmarks/sweep.py conv2d triton_implicit_gemm.py --grid BLOCK_N=32,128 --json $OUT/conv2d.json
+    python benchmarks/sweep.py conv2d triton_3xfp16_s2d.py --combo MODE=2,BLOCK_M=64,NUM_WARPS=4 --combo MODE=3
 
 Each combination is the starter's source with the tunables rewritten the way the offline proposer
 rewrites them (kgen.proposers.offline.apply_changes), exec'd as a fresh module, run on fresh random
@@ -45,6 +46,8 @@ def parse_args():
                    help="values to try for one tunable (others keep the source's value)")
     p.add_argument("--extra", action="append", default=[], metavar="'NAME=V NAME=V'",
                    help="one more combination after the grid's (tunables it does not name keep the source's value)")
+    p.add_argument("--combo", action="append", default=[], metavar="NAME=V[,NAME=V...]",
+                   help="one explicit setting (repeatable), tried on top of each --grid combination")
     p.add_argument("--size", default="full", choices=["full", "small"])
     p.add_argument("--tol", type=float, default=1e-5, help="normwise relative error allowed")
     p.add_argument("--json", help="write the rows here")
@@ -93,6 +96,15 @@ def main():
         if name not in tunables:
             sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
         grid.append((tunables[name], [int(v) for v in values.split(",")]))
+    explicit = []
+    for item in args.combo:
+        setting = {}
+        for pair in item.split(","):
+            name, _, value = pair.partition("=")
+            if name not in tunables:
+                sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
+            setting[name] = int(value)
+        explicit.append(setting)
 
     model = problem.make_model(seed=0, device=DEVICE)
     ref64 = problem.make_model(seed=0, device=DEVICE).double()
@@ -105,25 +117,34 @@ def main():
           flush=True)
 
     rows = []
+
+    def write_json():  # after every row too: a sweep killed by its caller's timeout keeps what it measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"problem": args.problem, "starter": os.path.basename(path),
+                           "device": torch.cuda.get_device_name() if GPU else "cpu",
+                           "torch": torch.__version__, "triton": triton.__version__, "eager_ms": eager_ms,
+                           "rows": rows}, f, indent=1)
+
     started = time.time()
-    combos = [[(t, v) for (t, _), v in zip(grid, combo)] for combo in itertools.product(*[values for _, values in grid])]
-    for item in args.extra:
-        changes = []
+    combos = [{**{t.name: v for (t, _), v in zip(grid, combo)}, **extra}
+              for combo in (list(itertools.product(*[values for _, values in grid])) or [()])
+              for extra in (explicit or [{}])]
+    for item in args.extra:  # single combinations after the grid's (tunables not named keep the source's value)
+        setting = {}
         for pair in item.split():
             name, _, value = pair.partition("=")
             if name not in tunables:
                 sys.exit(f"sweep: {name} is not a tunable of {path} (tunables: {', '.join(tunables)})")
-            changes.append((tunables[name], int(value)))
-        combos.append(changes)
-    combos = combos or [[]]
-    for i, changes in enumerate(combos):
+            setting[name] = int(value)
+        combos.append(setting)
+    for i, setting in enumerate(combos):
         if time.time() - started > args.budget_s:
             print(f"budget spent: {len(combos) - i} combinations not run", flush=True)
             break
-        setting = {t.name: v for t, v in changes}
         row = {"setting": setting}
         try:
-            mod = load_variant(apply_changes(source, changes), path, i)
+            mod = load_variant(apply_changes(source, [(tunables[k], v) for k, v in setting.items()]), path, i)
             new = matched_model_new(mod, problem, model)
             with torch.no_grad():
                 errs = []
@@ -146,16 +167,12 @@ def main():
                   f"  {row['speedup_eager']:.2f}x eager", flush=True)
         else:
             print(f"  {shown:60s} failed: {row['error']}", flush=True)
+        write_json()
 
     good = sorted((r for r in rows if r.get("ok")), key=lambda r: r["ms"])
     if good:
         print(f"best: {good[0]['setting']} {good[0]['ms']:.4f} ms ({good[0]['speedup_eager']:.2f}x eager {eager_ms:.4f})")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"problem": args.problem, "starter": os.path.basename(path), "device": torch.cuda.get_device_name() if GPU else "cpu",
-                       "torch": torch.__version__, "triton": triton.__version__, "eager_ms": eager_ms, "rows": rows},
-                      f, indent=1)
-
+    write_json()
 
 if __name__ == "__main__":
     main()
