@@ -167,7 +167,8 @@ def problems_cmd(
         console.print(f"{ceilings.device}: {ceilings.bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
                       f"{ceilings.fp32_flops_per_s / 1e12:.1f} fp32 TFLOP/s, {ceilings.tf32_flops_per_s / 1e12:.0f} "
                       f"TF32, {ceilings.half_flops_per_s / 1e12:.0f} fp16/bf16 (measured); fp32 floors allow 3xTF32 "
-                      "(TF32 / 3), the fastest fp32-accurate tensor-core arithmetic", highlight=False, soft_wrap=True)
+                      "and 3xFP16 (TF32 / 3, fp16 / 3), the fastest fp32-accurate tensor-core arithmetic",
+                      highlight=False, soft_wrap=True)
     for message in failures:
         print(f"kgen: error: {message}", file=sys.stderr)
     if failures:

@@ -18,8 +18,10 @@ operator at the aten level (after PyTorch has broken modules into operators), by
 A transcendental counts as one FLOP, as in every roofline that counts per element.
 The compute ceiling is the fastest arithmetic that can still pass the accuracy check, because the floor
 is used to call a time physically impossible (`suspicious`), and a legitimate kernel must never be:
-  * fp32 problems at the default tolerance (1e-5): plain TF32 fails it, but error-compensated 3xTF32
-    (three TF32 products per fp32 product) passes, so the ceiling is max(fp32 FMA, TF32 / 3);
+  * fp32 problems at the default tolerance (1e-5): plain TF32 fails it, but error-compensated splits pass:
+    3xTF32 (three TF32 products per fp32 product) and 3xFP16 (fp16 has TF32's 11-bit significand, so hi + lo
+    keep 22 bits; its narrow exponent range is handled with exact power-of-two scales: the matmul and conv
+    starters `triton_3xfp16_*`), so the ceiling is max(fp32 FMA, TF32 / 3, 16-bit / 3);
   * fp32 problems under a looser --rtol (TF32 lands near 3e-4, fp16/bf16 near 5e-4 to 4e-3): any
     tensor-core rate, so max(fp32, TF32, fp16/bf16);
   * fp16/bf16 problems: the 16-bit tensor-core rate.
@@ -54,7 +56,7 @@ class Roofline:
         if self.dtype in ("float16", "bfloat16"):
             return max(rate, ceilings.half_flops_per_s)
         if self.dtype == "float32" and (rtol is None or rtol <= FP32_DEFAULT_RTOL):
-            return max(rate, ceilings.tf32_flops_per_s / 3)
+            return max(rate, ceilings.tf32_flops_per_s / 3, ceilings.half_flops_per_s / 3)
         return max(rate, ceilings.tf32_flops_per_s, ceilings.half_flops_per_s)
 
     def floor_ms(self, ceilings: Ceilings | None, rtol: float | None = None) -> float | None:

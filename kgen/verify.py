@@ -83,7 +83,9 @@ def tolerance_rule_text(dtype: str | torch.dtype = "float32", rtol: Optional[flo
     rtol = rtol if rtol is not None else default_rtol(torch_dtype)
     factor = f"{OWN_ERROR_FACTOR:g}"
     shortcuts = ("plain TF32 math (tl.dot on fp32 inputs uses TF32 unless input_precision=\"ieee\") and fp16/bf16 "
-                 "intermediates fail" if torch_dtype == torch.float32 else
+                 "intermediates fail; error-compensated splits pass (3xTF32: x = hi + lo, "
+                 "acc += lo·hi + hi·lo + hi·hi; the same with fp16 hi and lo under exact power-of-two scales)"
+                 if torch_dtype == torch.float32 else
                  "computing in a narrower type than torch fails")
     return (f"values are compared with the reference computed in float64 on the same inputs, and judged against "
             f"the error of torch's own {name} forward on those inputs (TF32 off): the normwise relative error "
