@@ -123,17 +123,7 @@ def quality_row(db: Database, run_id: int) -> QualityRow:
 
 def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of [start, end] intervals (several GPUs' work may overlap in time)."""
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
-    return total
+    return sum(b - a for a, b in _union(intervals))
 
 
 def gpu_interval(details: Optional[dict]) -> Optional[tuple[float, float]]:
