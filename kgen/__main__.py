@@ -1,3 +1,3 @@
-from kgen.cli import main
+from kgen.cli.app import main
 
 main()

@@ -70,7 +70,7 @@ def test_the_wheel_carries_problems_starters_and_prompts(wheel):
 def test_kgen_from_the_wheel_lists_problems_and_searches_outside_the_checkout(fresh_venv, tmp_path):
     kgen = fresh_venv / "bin" / "kgen"
     where = _run([str(fresh_venv / "bin" / "python"), "-c",
-                  "import kgen, kgen.resources as r; print(kgen.__file__); print(r.problems_dir()); "
+                  "import kgen, kgen.core.resources as r; print(kgen.__file__); print(r.problems_dir()); "
                   "print(r.prompts_dir())"], cwd=tmp_path, env=_env(tmp_path)).stdout.split()
     assert all(Path(p).is_relative_to(fresh_venv) for p in where), where
     assert not any(Path(p).is_relative_to(REPO) for p in where)

@@ -21,9 +21,10 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand
 
-from kgen import __version__, fmt
-from kgen.errors import KgenError
-from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, SIZES, verdict_label
+from kgen import __version__
+from kgen.core import fmt
+from kgen.core.errors import KgenError
+from kgen.core.records import LANGUAGE_CHOICES, PROPOSER_KINDS, SIZES, verdict_label
 
 
 class KgenCommand(TyperCommand):
@@ -113,7 +114,7 @@ def _positive(ctx: typer.Context, param: typer.CallbackParam, value: Optional[fl
 
 
 def _price(ctx: typer.Context, param: typer.CallbackParam, value: Optional[float]) -> Optional[float]:
-    """A token price (USD per million) as kgen.ledger.check_price takes it, checked without importing it."""
+    """A token price (USD per million) as kgen.store.ledger.check_price takes it, checked without importing it."""
     if value is not None and not 0 <= value < float("inf"):
         raise KgenError(f"{param.opts[0]} must be a non-negative number of USD per million tokens (got '{value:g}')")
     return value
@@ -149,8 +150,8 @@ def problems_cmd(
 ) -> None:
     """Show problems before a search: input and output shapes, FLOPs, bytes moved and floor time on this
     GPU, at the full and small sizes, and which constants the small size sets."""
-    from kgen.problems import load_problem, problem_names
-    from kgen.roofline import device_ceilings, problem_figures
+    from kgen.problems.problem import load_problem, problem_names
+    from kgen.problems.roofline import device_ceilings, problem_figures
 
     if size is not None and size not in SIZES:
         raise KgenError(f"unknown size '{size}' (choose {' or '.join(SIZES)})")
@@ -229,11 +230,11 @@ class NamedProblem:
 
 
 def _problem_file_exists(problem: str) -> bool:
-    """Whether `problem` names a bundled problem or a file, as kgen.problems.resolve_problem_path finds
+    """Whether `problem` names a bundled problem or a file, as kgen.problems.problem.resolve_problem_path finds
     them (which says what is wrong when it does not), without importing torch."""
     from pathlib import Path
 
-    from kgen.resources import problems_dir
+    from kgen.core.resources import problems_dir
 
     if problem.endswith(".py") or os.sep in problem or "/" in problem:
         return Path(problem).expanduser().is_file()
@@ -261,8 +262,8 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
-    from kgen.records import EvalSettings
-    from kgen.static_checks import check_source
+    from kgen.core.records import EvalSettings
+    from kgen.judge.static_checks import check_source
 
     path = Path(candidate)
     if not path.is_file():
@@ -277,15 +278,15 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     verdict = check_source(source)
     if verdict.rejection is not None and _problem_file_exists(problem):
         # rejected without running: nothing is started or loaded (not even torch), so it takes a moment
-        from kgen.records import EvalResult, Outcome
+        from kgen.core.records import EvalResult, Outcome
 
         result = EvalResult(outcome=Outcome.STATIC_REJECT.value, message=verdict.rejection, device=device or "-",
                             size=size or "-", language=verdict.language if verdict.language != "unknown" else None,
                             eval_s=time.monotonic() - started)
         result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
         return NamedProblem(Path(problem).stem, size or "-"), result
-    from kgen.evaluate import evaluate_one
-    from kgen.problems import load_problem
+    from kgen.judge.evaluate import evaluate_one
+    from kgen.problems.problem import load_problem
 
     if device is None:
         import torch
@@ -295,16 +296,16 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     loaded = load_problem(problem, size)
     settings = EvalSettings(device=device, size=size, timeout_s=timeout_s, rtol=rtol,
                             sandbox="bwrap" if sandbox else "none")
-    from kgen.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.sandbox import SandboxMode, check_sandbox
 
     check_sandbox(SandboxMode(settings.sandbox))
     if baselines and device != "cpu":
-        from kgen.db import db_url, mask_url
+        from kgen.store.db import db_url, mask_url
 
         print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
               "there (--no-baselines skips them)", file=sys.stderr)
     if device == "cpu" and size == "full":
-        from kgen.search import FULL_SIZE_ON_CPU_NOTE
+        from kgen.search.loop import FULL_SIZE_ON_CPU_NOTE
 
         print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
     note = _cuda_without_gpu_note(source, device)
@@ -323,8 +324,8 @@ def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:
     extension is cached for the next evaluation of the same source."""
     if device != "cpu":
         return None
-    from kgen.evaluate import detect_language
     from kgen.harness.cuda_build import nvcc_path
+    from kgen.judge.evaluate import detect_language
 
     if detect_language(source) != "cuda":
         return None
@@ -430,7 +431,7 @@ def eval_cmd(
 
 def _eval_collection(collection: Optional[str], *, kernelbench, form, check, size, timeout, db, sandbox, resume,
                      ray_address, single_only: dict) -> None:
-    """`kgen eval COLLECTION` (kgen.collection): progress on stderr, the summary on stdout."""
+    """`kgen eval COLLECTION` (kgen.search.collection): progress on stderr, the summary on stdout."""
     import signal
     from pathlib import Path
 
@@ -444,9 +445,9 @@ def _eval_collection(collection: Optional[str], *, kernelbench, form, check, siz
     if collection is not None and not (Path(collection).is_dir() or collection.endswith(".jsonl")):
         raise KgenError(f"'{collection}' is not a collection (a folder or a .jsonl file); to evaluate one "
                         "candidate: kgen eval PROBLEM CANDIDATE.py")
-    from kgen.collection import CollectionConfig, entry_results, run_collection
-    from kgen.collection_summary import render, summarize
-    from kgen.search import STOP_REQUESTED, request_stop
+    from kgen.search.collection import CollectionConfig, entry_results, run_collection
+    from kgen.search.collection_summary import render, summarize
+    from kgen.search.loop import STOP_REQUESTED, request_stop
 
     config = None if collection is None else CollectionConfig(
         collection=str(Path(collection).absolute()), size=size, timeout_s=timeout,
@@ -459,7 +460,7 @@ def _eval_collection(collection: Optional[str], *, kernelbench, form, check, siz
     except KeyboardInterrupt:
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
-    from kgen.db import open_db
+    from kgen.store.db import open_db
 
     database = open_db(db, read_only=True)
     try:
@@ -546,12 +547,12 @@ def search_cmd(
     import signal
     from pathlib import Path
 
-    from kgen.progress import make_progress, summary_lines
-    from kgen.search import SearchConfig, run_search
+    from kgen.search.loop import SearchConfig, run_search
+    from kgen.search.progress import make_progress, summary_lines
 
     if resume is None and problem is None:
         raise KgenError("give --problem (or --resume RUN_ID)")
-    from kgen.ledger import flag_prices
+    from kgen.store.ledger import flag_prices
 
     flag_prices(price_in, price_out)  # both or neither; the run stores them for kgen runs, show and report
     config = None if resume is not None else SearchConfig(
@@ -562,11 +563,11 @@ def search_cmd(
         replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
         starters_dir=str(Path(starters).absolute()) if starters else None,  # absolute: a resume may start elsewhere
         price_in=price_in, price_out=price_out, ncu_budget_s=ncu_budget)
-    from kgen.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.sandbox import SandboxMode, check_sandbox
 
     if config is not None:
         check_sandbox(SandboxMode(config.sandbox))
-    from kgen.search import STOP_REQUESTED, request_stop
+    from kgen.search.loop import STOP_REQUESTED, request_stop
 
     STOP_REQUESTED.clear()
     signal.signal(signal.SIGINT, request_stop)
@@ -577,14 +578,15 @@ def search_cmd(
     except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
-    from kgen.db import db_url
+    from kgen.store.db import db_url
 
     for line in summary_lines(summary, db=fmt.db_option(db_url(db))):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 LEADERBOARD_FORMATS = ("table", "json", "csv", "markdown")
-LEADERBOARD_SORTS = ("runtime", "per-dollar", "per-gpu-hour")  # kgen.ledger.SORTS (not imported: help stays light)
+# kgen.store.ledger.SORTS (not imported: help stays light)
+LEADERBOARD_SORTS = ("runtime", "per-dollar", "per-gpu-hour")
 
 
 @app.command(cls=KgenCommand, name="leaderboard")
@@ -599,7 +601,7 @@ def leaderboard_cmd(
     sort: str = typer.Option("runtime", "--sort", metavar="|".join(LEADERBOARD_SORTS),
                              callback=_choice(*LEADERBOARD_SORTS),
                              help="Order: fastest first, or most speedup vs eager per dollar of LLM tokens, or per "
-                                  "GPU-hour, that its run spent (kgen.ledger)."),
+                                  "GPU-hour, that its run spent (kgen.store.ledger)."),
     price_in: Optional[float] = PriceInOption,
     price_out: Optional[float] = PriceOutOption,
     wide: bool = WideOption,
@@ -609,9 +611,9 @@ def leaderboard_cmd(
 
     The best per problem, device and size (every correct one with --all).
     """
-    from kgen import leaderboard as lb
-    from kgen import ledger
-    from kgen.db import open_db
+    from kgen.store import leaderboard as lb
+    from kgen.store import ledger
+    from kgen.store.db import open_db
 
     database = open_db(db, read_only=True)
     try:
@@ -646,8 +648,8 @@ def show_cmd(candidate_id: int = typer.Argument(..., metavar="ID", help="The can
                                                                  "the candidate instead."),
              db: Optional[str] = DbOption) -> None:
     """One candidate: idea, evaluations, lineage, source."""
-    from kgen import leaderboard as lb
-    from kgen.db import open_db
+    from kgen.store import leaderboard as lb
+    from kgen.store.db import open_db
 
     database = open_db(db, read_only=True)
     try:
@@ -678,12 +680,12 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
     """The searches: status, rounds, best speedups, tokens, GPU seconds and cost."""
     import json
 
-    from kgen import leaderboard as lb
-    from kgen.db import open_db
+    from kgen.store import leaderboard as lb
+    from kgen.store.db import open_db
 
     database = open_db(db, read_only=True)
     try:
-        from kgen.ledger import flag_prices
+        from kgen.store.ledger import flag_prices
 
         lb.check_problem(database, problem)
         rows = lb.run_rows(database, problem=problem, prices=flag_prices(price_in, price_out))
@@ -714,9 +716,9 @@ def export_cmd(
     db: Optional[str] = DbOption,
 ) -> None:
     """Write a candidate as a module that needs no kgen (on a GPU, once the judge finds it still correct there)."""
-    from kgen.db import open_db
-    from kgen.export import export_candidate
-    from kgen.leaderboard import check_problem
+    from kgen.outputs.export import export_candidate
+    from kgen.store.db import open_db
+    from kgen.store.leaderboard import check_problem
 
     database = open_db(db, read_only=True)
     try:
@@ -738,12 +740,12 @@ def report_cmd(
     db: Optional[str] = DbOption,
 ) -> None:
     """One HTML page with the leaderboard and plots."""
-    from kgen.db import open_db
-    from kgen.report import write_report
+    from kgen.outputs.report import write_report
+    from kgen.store.db import open_db
 
     database = open_db(db, read_only=True)
     try:
-        from kgen.leaderboard import check_problem
+        from kgen.store.leaderboard import check_problem
 
         check_problem(database, problem)
         path = write_report(database, out, problem=problem, run_id=run)
@@ -758,7 +760,7 @@ def migrate_cmd(db: Optional[str] = DbOption) -> None:
 
     Commands that write do it on their own; commands that only read never change the DB.
     """
-    from kgen.db import SCHEMA_VERSION, open_db
+    from kgen.store.db import SCHEMA_VERSION, open_db
 
     database = open_db(db, create=False)
     database.close()
@@ -799,8 +801,8 @@ def bench_cmd(
     """
     from pathlib import Path
 
-    from kgen.bench import QUALITY_HEADER, parse_problems, problem_summary, quality_line, run_bench
-    from kgen.problems import resolve_problem_path
+    from kgen.outputs.bench import QUALITY_HEADER, parse_problems, problem_summary, quality_line, run_bench
+    from kgen.problems.problem import resolve_problem_path
 
     names = parse_problems(problems)
     for name in names:  # an unknown name stops the bench before its first search, not after

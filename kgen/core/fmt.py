@@ -79,7 +79,7 @@ def proposer(name: str, model: Optional[str]) -> str:
 
 def torch_itself(details: Optional[dict]) -> str:
     """torch's own error in the problem's dtype against float64, worst over an evaluation's trials (the
-    judge's details, kgen.verify): the bar a candidate is held to is never below it."""
+    judge's details, kgen.judge.verify): the bar a candidate is held to is never below it."""
     own = (details or {}).get("torch_own_error")
     if not isinstance(own, dict) or not isinstance(own.get("norm_rel_err"), (int, float)):
         return MISSING
@@ -109,7 +109,7 @@ def db_option(url: str) -> Optional[str]:
     """What `--db` must say for a later command to open the DB at `url`: None for the default DB
     (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL
     with its password masked (kgen never prints a password; the user puts theirs back)."""
-    from kgen.db import db_url, mask_url
+    from kgen.store.db import db_url, mask_url
 
     if url == db_url(None):
         return None

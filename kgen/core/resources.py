@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # kgen/ (this file is kgen/core/resources.py)
 
 
 def _bundled(name: str) -> Path:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from kgen import pyast
-from kgen.static_checks import _aliases, _is_triton_decorator
+from kgen.core import pyast
+from kgen.judge.static_checks import _aliases, _is_triton_decorator
 
 
 def _kernels_to_empty(tree: ast.Module) -> list[ast.FunctionDef]:

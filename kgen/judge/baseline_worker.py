@@ -1,4 +1,4 @@
-"""`python -m kgen.baseline_worker FD`: times the reference eager, under torch.compile and (when asked)
+"""`python -m kgen.judge.baseline_worker FD`: times the reference eager, under torch.compile and (when asked)
 torch.compile(mode="max-autotune"), in a child process of kgen's own (trusted code, no candidate:
 no sandbox), so torch.compile's state and memory go with it. The job (one JSON line) comes on stdin;
 lines of JSON go back through descriptor FD (stdout is left to torch.compile's chatter): first
@@ -21,9 +21,9 @@ def time_baselines(job: dict[str, Any], ready: Callable[[], None] = lambda: None
     `ready()`, then time them back to back."""
     import torch
 
-    from kgen import telemetry
-    from kgen.problems import load_problem
-    from kgen.timing import time_forward
+    from kgen.judge import telemetry
+    from kgen.judge.baseline_timing import time_forward
+    from kgen.problems.problem import load_problem
 
     problem = load_problem(job["problem_path"], job["size"])
     device = torch.device("cuda")

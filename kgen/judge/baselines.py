@@ -1,5 +1,5 @@
 """Baselines: the reference timed eager, under torch.compile and torch.compile(max-autotune), under the
-same conditions as candidates (kgen.timing), in a child process of kgen's own (kgen.baseline_worker),
+same conditions as candidates (kgen.judge.baseline_timing), in a child process of kgen's own (kgen.judge.baseline_worker),
 cached in the DB's `baselines` table per (problem hash, size, device, torch version, triton version).
 
 Eager runs with PyTorch's defaults as users get them (TF32 off for matmul, on for cuDNN
@@ -18,11 +18,11 @@ from typing import Optional
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from kgen.db import Baseline, Database
-from kgen.problems import Problem
+from kgen.problems.problem import Problem
+from kgen.store.db import Baseline, Database
 
 BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
-WORKER = "kgen.baseline_worker"  # the module the child runs (tests put a stand-in for the GPU part here)
+WORKER = "kgen.judge.baseline_worker"  # the module the child runs (tests put a stand-in for the GPU part here)
 
 
 def _version(package: str) -> str:
@@ -55,7 +55,7 @@ def _cached(db: Database, problem: Problem, device_name: str, torch_version: str
 
 
 def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
-    """Run kgen.baseline_worker on `job`; its result, or None if it failed or timed out. `hold()`, when
+    """Run kgen.judge.baseline_worker on `job`; its result, or None if it failed or timed out. `hold()`, when
     given, is entered once the worker has compiled every variant and before it times them, and left
     when it ends (kgen eval stops its started sandboxes so: nothing of ours competes with the timed runs)."""
     import json
@@ -108,7 +108,7 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
 
 def time_baselines(problem: Problem, max_autotune: bool = False,
                    hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
-    """Time `problem` now, in a child process on this process's GPU: kgen.baseline_worker's answer
+    """Time `problem` now, in a child process on this process's GPU: kgen.judge.baseline_worker's answer
     (eager_ms, compile_ms, compile_max_autotune_ms, settings, errors), or None if it failed. `hold`: see
     _time_in_child (what is stopped while the child times)."""
     return _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune},

@@ -1,5 +1,5 @@
-"""Evaluate one candidate: static checks here, then the judge (kgen.judge, trusted, in this process)
-with the candidate in sandboxed processes of its own (kgen.harness, under kgen.sandbox). Nothing the
+"""Evaluate one candidate: static checks here, then the judge (kgen.judge.judge, trusted, in this process)
+with the candidate in sandboxed processes of its own (kgen.harness, under kgen.judge.sandbox). Nothing the
 candidate does raises here; only bad input to kgen (an unknown problem, a bad device, no sandbox)
 raises KgenError, and a fault of kgen's own becomes the outcome `harness_error`.
 
@@ -19,12 +19,12 @@ import time
 import traceback
 from typing import Any, Optional, Union
 
-from kgen.errors import KgenError
-from kgen.problems import Problem, load_problem
-from kgen.records import NOT_RUN, OUTCOMES, EvalResult, EvalSettings, Outcome
-from kgen.sandbox import SandboxMode, check_sandbox
-from kgen.static_checks import check_source
-from kgen.static_checks import detect_language as _detect_language
+from kgen.core.errors import KgenError
+from kgen.core.records import NOT_RUN, OUTCOMES, EvalResult, EvalSettings, Outcome
+from kgen.judge.sandbox import SandboxMode, check_sandbox
+from kgen.judge.static_checks import check_source
+from kgen.judge.static_checks import detect_language as _detect_language
+from kgen.problems.problem import Problem, load_problem
 
 
 def detect_language(source: str) -> str:
@@ -86,7 +86,7 @@ def _versions() -> dict[str, Optional[str]]:
 def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings,
                        spares: Any = None) -> EvalResult:
     """Compile, check, verify and (on a GPU) time one candidate against `problem`. `spares`
-    (kgen.judge.SpareRunners) keeps a started sandbox ready for the next call."""
+    (kgen.judge.judge.SpareRunners) keeps a started sandbox ready for the next call."""
     started = time.monotonic()
     problem = _problem(problem, settings)
     if not isinstance(source, str):
@@ -101,7 +101,7 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
         result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
         result.eval_s = time.monotonic() - started
         return result
-    from kgen.judge import HarnessFault, Judge
+    from kgen.judge.judge import HarnessFault, Judge
 
     try:
         sent = Judge(problem, source, verdict.language, settings, mode, spares).run()
@@ -150,7 +150,7 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
         result.eval_s = static_s
         result.details["breakdown"] = {"static_s": static_s}
         return result
-    from kgen.judge import SpareRunners, spare_key
+    from kgen.judge.judge import SpareRunners, spare_key
 
     device = _check_device(settings.device)
     mode = sandbox_mode(settings)
@@ -160,8 +160,8 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
     try:
         spares.prestart(spare_key(device), _processes(verdict.language, device))
         if baselines and device != "cpu":
-            from kgen.baselines import get_baselines
-            from kgen.db import open_db
+            from kgen.judge.baselines import get_baselines
+            from kgen.store.db import open_db
 
             mark = time.monotonic()
             database = open_db(db)
@@ -209,7 +209,7 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
         result.speedup_compile = result.compile_ms / result.runtime_ms
     floor, roof, ceilings = settings.floor_ms, None, None
     if floor is None:
-        from kgen.roofline import compute_roofline, device_ceilings
+        from kgen.problems.roofline import compute_roofline, device_ceilings
 
         roof, ceilings = compute_roofline(problem), device_ceilings()
         floor = roof.floor_ms(ceilings, settings.rtol)
@@ -225,15 +225,15 @@ def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) ->
 
 
 def _fill_achieved(result: EvalResult, problem: Problem, settings: EvalSettings, roof=None, ceilings=None) -> None:
-    """The kernel profile's achieved bandwidth and FLOP rate (kgen.kernel_profile), from the roofline
+    """The kernel profile's achieved bandwidth and FLOP rate (kgen.judge.kernel_profile), from the roofline
     and ceilings `_fill_speed` worked out (or worked out here, where the settings brought the floor):
     advisory, so any failure to work them out leaves them out."""
     profile = result.details.get("kernel_profile")
     if not isinstance(profile, dict):
         return
     try:
-        from kgen import kernel_profile
-        from kgen.roofline import compute_roofline, device_ceilings
+        from kgen.judge import kernel_profile
+        from kgen.problems.roofline import compute_roofline, device_ceilings
 
         if roof is None:
             roof, ceilings = compute_roofline(problem), device_ceilings(measure=False)
@@ -261,7 +261,7 @@ def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings,
         return result
     if verdict.language != "cuda":
         return None
-    from kgen.judge import HarnessFault, prebuild_cuda
+    from kgen.judge.judge import HarnessFault, prebuild_cuda
 
     try:
         outcome, message, builds = prebuild_cuda(problem, source, settings, sandbox_mode(settings))

@@ -6,14 +6,14 @@
       compare, audit, clock, verdict          ◄──socket──   outputs copied into the arena, reports
 
 The runner and the compile step (the same program in "compile" mode, which may start compilers and
-publishes its builds) run in kgen.sandbox; the link is kgen.harness.protocol. The judge parses every
+publishes its builds) run in kgen.judge.sandbox; the link is kgen.harness.protocol. The judge parses every
 message as data with a size limit and a deadline, reads outputs only from memory it allocated, and
 believes no claim of success: correctness is its own comparison, speed is the runner's CUDA-event
 time bounded by the judge's own clock.
 
 Order of an evaluation:
 1. the reference: model and trial inputs drawn from fresh seeds (never zeros), outputs in float64;
-2. on a GPU, the compile step: the candidate (and its ablated copy, kgen.ablation) imported and called
+2. on a GPU, the compile step: the candidate (and its ablated copy, kgen.judge.ablation) imported and called
    once in a sandbox that may start ptxas/nvcc, its Triton kernels and CUDA builds published to a
    cache directory keyed by the source, read-only from then on;
 3. the runner (started in advance when a spare is kept) seals itself (no new processes) and runs the
@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from kgen import kernel_profile, telemetry, verify
+from kgen.core.records import NOT_RUN, EvalSettings, Outcome
 from kgen.harness.protocol import (
     BadFrame,
     Channel,
@@ -58,9 +58,9 @@ from kgen.harness.protocol import (
     encode_value,
 )
 from kgen.harness.trace import OpTrace
-from kgen.problems import Problem, on_device
-from kgen.records import NOT_RUN, EvalSettings, Outcome
-from kgen.sandbox import SandboxedProcess, SandboxMode, SandboxSpec, SandboxUnavailable, cpu_memory_limit_bytes
+from kgen.judge import kernel_profile, telemetry, verify
+from kgen.judge.sandbox import SandboxedProcess, SandboxMode, SandboxSpec, SandboxUnavailable, cpu_memory_limit_bytes
+from kgen.problems.problem import Problem, on_device
 
 L2_FLUSH_BYTES = 256 << 20
 WARMUP_RUNS = 10
@@ -123,7 +123,7 @@ def build_key(source: str, arch: Optional[str], shapes: str = "") -> str:
 
 
 def builds_root() -> Path:
-    from kgen.resources import cache_dir
+    from kgen.core.resources import cache_dir
 
     return cache_dir() / "builds"
 
@@ -267,7 +267,7 @@ class SpareRunners:
 @dataclass
 class Trial:
     """One verification call's inputs, drawn from `seed` (×`scale` for floating inputs), their float64
-    references and torch's own error in the problem's dtype (kgen.verify.OwnError): made when first
+    references and torch's own error in the problem's dtype (kgen.judge.verify.OwnError): made when first
     needed and dropped when the next trial's are made, so the judge holds one trial's tensors at a
     time, however many trials there are."""
 
@@ -300,7 +300,7 @@ class Evidence:
 
 class Judge:
     """Evaluates one candidate of one problem on one device; `run()` returns the worker-result dict
-    (outcome, message, errors, runtime_ms, details) that kgen.evaluate turns into an EvalResult."""
+    (outcome, message, errors, runtime_ms, details) that kgen.judge.evaluate turns into an EvalResult."""
 
     def __init__(self, problem: Problem, source: str, language: str, settings: EvalSettings, mode: SandboxMode,
                  spares: Optional[SpareRunners] = None):
@@ -752,7 +752,7 @@ class Judge:
     def ablation(self, slot: RunnerSlot, trials: list[Trial], ablated: str) -> None:
         """The candidate with its Triton kernels' bodies removed, first in a fresh runner: if its output
         is still correct, its kernels are not what computes the result."""
-        from kgen.ablation import ablated_kernel_names
+        from kgen.judge.ablation import ablated_kernel_names
 
         slot.channel.send({"type": "load", "module": "ablated", "source": ablated})
         passed, torch_ops = False, set()
@@ -967,7 +967,7 @@ class Judge:
         return dict(self.evidence.worst, atol=self.evidence.atol, rtol=getattr(self, "rtol", None))
 
     def run(self) -> dict[str, Any]:
-        from kgen.ablation import ablate_triton_kernels
+        from kgen.judge.ablation import ablate_triton_kernels
 
         details = self.evidence.details
         details["phases"] = self.phases

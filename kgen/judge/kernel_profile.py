@@ -11,7 +11,7 @@ Where the figures come from, and what they are not:
   once, every output written once; its FLOPs), divided by the timed median: a kernel that reads x
   twice moves more than that, so the real DRAM traffic is at least this.
 - Stall reasons, measured DRAM throughput and achieved occupancy need hardware counters: Nsight
-  Compute profiles the best new candidates of each round in a sandbox of its own (kgen.ncu_profile),
+  Compute profiles the best new candidates of each round in a sandbox of its own (kgen.judge.ncu_profile),
   and `summaries` adds its line where a candidate has one.
 
 Everything the runner sent is untrusted (the candidate ran in that process): every field is
@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from sqlalchemy import select
 
-from kgen import ncu_profile
+from kgen.judge import ncu_profile
 
 STALLS_NOTE = ("the lines marked Nsight Compute come from hardware counters (the best new candidates of each "
                "round, where ncu can run): measured DRAM traffic, achieved occupancy, spills and the top warp stall "
@@ -152,7 +152,7 @@ def summary(profile: Optional[dict[str, Any]]) -> Optional[str]:
 
 def summaries(db: Any, candidate_ids: list[int]) -> dict[int, str]:
     """Each candidate's profile summary from its latest evaluation that has one."""
-    from kgen.db import Evaluation
+    from kgen.store.db import Evaluation
 
     if not candidate_ids:
         return {}

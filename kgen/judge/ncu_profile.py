@@ -39,7 +39,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from kgen.records import EvalSettings
+from kgen.core.records import EvalSettings
 
 MAX_KERNELS = 8
 MAX_LOG_BYTES = 4 << 20
@@ -249,8 +249,8 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
     """Profile `source` (already evaluated correct here, so its builds exist) under Nsight Compute in
     the sandbox; the parsed profile, or {"error": why}. Raises NcuUnavailable when no candidate could
     ever be profiled here."""
-    from kgen.evaluate import detect_language, sandbox_mode
-    from kgen.judge import HarnessFault, Judge, Verdict, builds_root, start_process
+    from kgen.judge.evaluate import detect_language, sandbox_mode
+    from kgen.judge.judge import HarnessFault, Judge, Verdict, builds_root, start_process
 
     if settings.device == "cpu":
         raise NcuUnavailable("no GPU here")

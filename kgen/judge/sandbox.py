@@ -39,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
 
 SANDBOX_UID = 65534
 TMPFS_BYTES = 4 << 30
@@ -116,7 +116,9 @@ def _module_root(name: str) -> Optional[Path]:
 
 
 def kgen_package_dir() -> Path:
-    return Path(__file__).resolve().parent
+    from kgen.core.resources import PACKAGE_DIR
+
+    return PACKAGE_DIR
 
 
 @functools.lru_cache(maxsize=1)
@@ -351,7 +353,7 @@ class SandboxedProcess:
         self.stdout, self.stderr = BoundedLog(), BoundedLog()
         self._host_workdir: Optional[str] = None
         # `wrapper`: a program that starts the harness as its child inside the same sandbox (Nsight
-        # Compute, kgen.ncu_profile), so it sees no more than the harness does
+        # Compute, kgen.judge.ncu_profile), so it sees no more than the harness does
         argv = [*wrapper, sys.executable, "-m", module, str(channel_fd)]
         pass_fds = [channel_fd]
         kwargs = {}

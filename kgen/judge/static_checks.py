@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from kgen import pyast
+from kgen.core import pyast
 
 TRITON_DECORATORS = {"jit", "autotune", "heuristics"}
 CUDA_BUILDERS = {"load_inline", "load"}

@@ -1,7 +1,7 @@
 """`kgen export --aot`: the exported module carries the kernels the judge compiled for it.
 
 Where they come from. The export re-verifies the exported module's own text through the judge on this
-machine's GPU (kgen.export). The judge's compile step (kgen.judge, in the sandbox) imports that text
+machine's GPU (kgen.outputs.export). The judge's compile step (kgen.judge.judge, in the sandbox) imports that text
 and calls it once, so Triton compiles its kernels into a private cache and `load_inline`/`load` build
 its CUDA extensions; it publishes both to the text's build directory (`builds_root() / build_key`, with
 `triton/`, a Triton cache directory, and `cuda/`, the extension builds), from which the verified run
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
 from kgen.harness.cuda_build import CALLS_STAMP, call_digest
 
 FORMAT = 1

@@ -19,7 +19,7 @@ once for the whole bench, each search's evaluators start their sandboxes while i
 (stopped while they are timed), and max-autotune is off unless asked for; benchmarks/RESULTS.md holds
 the figure once measured. The JSON's `elapsed_s` (per problem, since the bench began), `startup_s` (a
 search's start to its first candidate on a GPU) and `startup` (Ray start, evaluators up, baselines,
-first result, and the judge's phases summed: kgen.search.Search.startup), and bench.md's table of where
+first result, and the judge's phases summed: kgen.search.loop.Search.startup), and bench.md's table of where
 the seconds went, show where the time goes.
 """
 
@@ -37,10 +37,10 @@ from typing import Optional
 
 from sqlalchemy import select
 
-from kgen.db import Baseline, Candidate, Database, Evaluation, Run
-from kgen.errors import KgenError
-from kgen.promotion import candidate_spread, promoted_best
-from kgen.store import correct_candidates
+from kgen.core.errors import KgenError
+from kgen.store.db import Baseline, Candidate, Database, Evaluation, Run
+from kgen.store.promotion import candidate_spread, promoted_best
+from kgen.store.queries import correct_candidates
 
 DEFAULT_PROBLEMS = ("softmax", "layernorm", "matmul", "conv2d", "conv_relu_maxpool")
 
@@ -87,7 +87,7 @@ class ThroughputRow:
     startup_s: Optional[float] = None  # the run's start to its first candidate on a GPU (baselines, evaluator start)
     eval_span_s: Optional[float] = None  # the first candidate's GPU stage start to the last one's end
     elapsed_s: Optional[float] = None  # since the bench began, when this problem's search ended
-    # where the search's seconds went (kgen.search.Search.startup): its own start, and the judge's phases summed
+    # where the search's seconds went (kgen.search.loop.Search.startup): its own start, and the judge's phases summed
     startup: Optional[dict] = None
 
 
@@ -102,14 +102,14 @@ def quality_row(db: Database, run_id: int) -> QualityRow:
                                                 Baseline.size == run.size, Baseline.device == run.device)
                          .order_by(Baseline.id.desc())).first()
     correct = correct_candidates(db, run_id=run_id)
-    # the promoted best (kgen.promotion), as the leaderboard and export see it; without a GPU nothing is
+    # the promoted best (kgen.store.promotion), as the leaderboard and export see it; without a GPU nothing is
     # timed, and the first correct one is shown, untimed
     best = promoted_best(sorted(correct, key=lambda c: c.id), candidate_spread)
     eager = base.eager_ms if base else None
     compiled = base.compile_ms if base else None
     autotune = base.compile_max_autotune_ms if base else None
-    from kgen.problems import load_problem
-    from kgen.roofline import compute_roofline, device_ceilings
+    from kgen.problems.problem import load_problem
+    from kgen.problems.roofline import compute_roofline, device_ceilings
 
     floor = compute_roofline(load_problem(run.problem_path, run.size)).floor_ms(device_ceilings())
     best_ms = best.runtime_ms if best else None
@@ -216,7 +216,7 @@ def scaling_rows(passes: dict[int, list[ThroughputRow]]) -> list[ScalingRow]:
 
 
 # The breakdown's columns: the search's own start (from its start, s), then the judge's phases summed over
-# its evaluations (kgen.judge: the reference, compile step, runner start, calibration, ablation, candidate
+# its evaluations (kgen.judge.judge: the reference, compile step, runner start, calibration, ablation, candidate
 # import and verification, timing, and the kernel audit's profile).
 STARTUP_COLUMNS = (("ray start", "ray_start_s"), ("evaluators up", "evaluators_s"), ("baselines", "baselines_s"),
                    ("first on GPU", "first_on_gpu_s"), ("first result", "first_result_s"))
@@ -346,10 +346,10 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
     """One offline search per problem (per GPU count) on a fixed seed and budget, on one Ray cluster
     per count; `on_problem` gets each problem's rows the moment its search ends, and the report is
     rewritten then."""
-    from kgen import cluster as ray_cluster
-    from kgen.db import open_db
-    from kgen.progress import make_progress
-    from kgen.search import SearchConfig, run_search
+    from kgen.search import cluster as ray_cluster
+    from kgen.search.loop import SearchConfig, run_search
+    from kgen.search.progress import make_progress
+    from kgen.store.db import open_db
 
     if len(gpu_counts) > 1 and db is not None:
         raise KgenError("several --gpus passes each write a results DB of their own under --out; leave out --db")

@@ -28,7 +28,7 @@ on that GPU at the full size, with the tolerance kgen verified it at, and refuse
 it is still correct there; the docstring says what was found, or why it was not re-verified (no GPU
 on the exporting machine, or --no-verify).
 
-`--aot` (kgen.aot): the module also carries its compiled kernels. The judge re-verifies the module's own
+`--aot` (kgen.outputs.aot): the module also carries its compiled kernels. The judge re-verifies the module's own
 text (not the candidate's source), so its compile step compiles exactly the kernels of that text for
 this GPU; they are appended after all the code, and the module's top installs them at import. It needs
 a GPU and the re-verification (refused without either).
@@ -50,9 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from kgen import __version__, fmt, pyast
-from kgen.db import Candidate, Database, Evaluation, Run
-from kgen.errors import KgenError
+from kgen import __version__
+from kgen.core import fmt, pyast
+from kgen.core.errors import KgenError
+from kgen.store.db import Candidate, Database, Evaluation, Run
 
 # Names the exported module adds at its top level; a candidate that defines one of them is refused
 # rather than silently shadowed.
@@ -121,7 +122,7 @@ def default_module_file(problem: str) -> str:
 
 def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
     """A candidate id, or a problem name → its leaderboard winner on this device."""
-    from kgen.leaderboard import leaderboard
+    from kgen.store.leaderboard import leaderboard
 
     if target.isdigit():
         return int(target), None
@@ -140,7 +141,7 @@ def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
 
 
 def _load_reference(run: Optional[Run], cand: Candidate, size: str):
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     where = run.problem_path if run is not None and run.problem_path and Path(run.problem_path).is_file() \
         else cand.problem
@@ -221,7 +222,7 @@ def _input_names(problem, count: int) -> list[str]:
 
 
 def _parameter_specs(problem) -> list[tuple[str, tuple[int, ...], str]]:
-    from kgen.problems import on_device
+    from kgen.problems.problem import on_device
 
     with on_device("meta"):
         model = problem.module.Model(*problem.init_inputs())
@@ -462,7 +463,7 @@ def _entry_point(problem, function: str, input_names: list[str], arg_names: list
                  reference_source: str) -> str:
     import torch
 
-    from kgen.problems import on_device
+    from kgen.problems.problem import on_device
 
     with on_device("meta"):
         meta_inputs = list(problem.module.get_inputs())
@@ -678,8 +679,8 @@ def gpu_available() -> bool:
 def reverify(problem, source: str, rtol: Optional[float], sandbox: str):
     """The candidate through the judge on this machine's GPU, at `problem`'s size and the tolerance
     kgen verified it at; the judge's EvalResult."""
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     # correctness is the question here, not speed: a short timing, enough for the judge's own checks
     return evaluate_candidate(problem, source, EvalSettings(device="cuda", size=problem.size, rtol=rtol,
@@ -712,12 +713,12 @@ def _judged(cand: Candidate, result, what: str = "") -> str:
 
 def _aot_payload(result, language: str):
     """What the module carries: the kernels the judge's compile step built for the text it just verified
-    (kgen.aot), for this GPU and the versions the verified run had."""
+    (kgen.outputs.aot), for this GPU and the versions the verified run had."""
     import torch
 
-    from kgen import aot
-    from kgen.evaluate import _versions
-    from kgen.judge import builds_root
+    from kgen.judge.evaluate import _versions
+    from kgen.judge.judge import builds_root
+    from kgen.outputs import aot
 
     key = result.details.get("build_key")
     if not isinstance(key, str) or not key:
@@ -733,7 +734,7 @@ def _aot_payload(result, language: str):
 def _same_lines_but_results(verified: str, final: str) -> None:
     """The written module's code must be the verified text's, line for line: only the docstring's two
     result lines and the payload's checksum may differ (else a kernel could have moved)."""
-    from kgen.aot import SHA_NAME
+    from kgen.outputs.aot import SHA_NAME
 
     before, after = verified.splitlines(), final.splitlines()
     moved = len(before) != len(after) or any(
@@ -750,7 +751,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     machine with a GPU, only once the judge found it still correct there (unless `verify` is False).
     `aot`: the judge re-verifies the module's own text, and the module carries the kernels it compiled."""
     if aot:
-        from kgen import aot as aot_part
+        from kgen.outputs import aot as aot_part
 
         if not verify:
             raise KgenError(aot_part.NEEDS_VERIFY)
@@ -788,7 +789,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     body = split_candidate(cand.source)
     clash = body.bound_names & set(ADDED_NAMES)
     if aot:
-        from kgen.aot import NAME_PREFIX, PAYLOAD_NAME, SHA_NAME
+        from kgen.outputs.aot import NAME_PREFIX, PAYLOAD_NAME, SHA_NAME
 
         clash |= {n for n in body.bound_names if n.startswith(NAME_PREFIX) or n in (PAYLOAD_NAME, SHA_NAME)}
     if clash:
@@ -806,7 +807,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
     rtol = ev.rtol if ev.rtol is not None else DEFAULT_RTOL
     atol = ev.atol if ev.atol is not None else DEFAULT_ATOL
     if aot:  # the module's own text is re-verified below, once it is written, on the GPU the judge will use
-        from kgen.evaluate import _device_name
+        from kgen.judge.evaluate import _device_name
 
         export_check, reverified_on = AOT_PENDING, _device_name("cuda")
     else:
@@ -830,7 +831,7 @@ def export_candidate(db: Database, target: str, out: str | Path, *, with_test: b
                            aot_line)
 
     def code(sha256: Optional[str] = None) -> str:
-        from kgen import aot as aot_part
+        from kgen.outputs import aot as aot_part
 
         text = "\n".join(body.future_imports) + "\n" if body.future_imports else ""
         if aot:

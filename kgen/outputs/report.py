@@ -17,10 +17,10 @@ from typing import Optional
 from sqlalchemy import func, select
 
 from kgen import __version__
-from kgen.db import Candidate, Database, Evaluation
-from kgen.errors import KgenError
-from kgen.fmt import Column
-from kgen.leaderboard import (
+from kgen.core.errors import KgenError
+from kgen.core.fmt import Column
+from kgen.store.db import Candidate, Database, Evaluation
+from kgen.store.leaderboard import (
     COLUMNS,
     RUN_COLUMNS,
     LeaderboardRow,
@@ -31,8 +31,8 @@ from kgen.leaderboard import (
     run_cells,
     run_rows,
 )
-from kgen.ledger import COST_COLUMNS, cost_cells
-from kgen.promotion import promoted_best, samples_of, spread_of
+from kgen.store.ledger import COST_COLUMNS, cost_cells
+from kgen.store.promotion import promoted_best, samples_of, spread_of
 
 # Stacking order, bottom up, and colours (colour-blind-safe where it matters: correct vs the rest).
 OUTCOME_COLORS = {
@@ -102,7 +102,7 @@ def run_history(db: Database, run: RunRow) -> RunHistory:
             counts[row[1]] = counts.get(row[1], 0) + 1
             if row[1] == "correct":
                 found.append(row)
-        # the best after this round as the search promoted it (kgen.promotion), not the highest speedup:
+        # the best after this round as the search promoted it (kgen.store.promotion), not the highest speedup:
         # a faster candidate within the timing noise is a tie
         best = promoted_best(sorted(found, key=lambda r: r[4]), lambda r: spread_of(r[5], samples_of(r[6])))
         history.rounds.append(RoundStats(k, counts, best[2] if best else None, best[3] if best else None))
@@ -131,7 +131,7 @@ def report_data(db: Database, *, problem: Optional[str] = None, run_id: Optional
 
 def board_profiles(db: Database, board: list[LeaderboardRow]) -> dict[int, list[str]]:
     """Each leaderboard winner's kernel profile and GPU telemetry (as `kgen show` prints them)."""
-    from kgen.leaderboard import profile_lines
+    from kgen.store.leaderboard import profile_lines
 
     ids = [r.evaluation_id for r in board]
     if not ids:

@@ -46,10 +46,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kgen import pyast
-from kgen.errors import KgenError
-from kgen.records import SIZES
-from kgen.resources import problems_dir
+from kgen.core import pyast
+from kgen.core.errors import KgenError
+from kgen.core.records import SIZES
+from kgen.core.resources import problems_dir
 
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
 # Triton interpreter time on one core.

@@ -37,9 +37,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from kgen.problems import Problem, TensorSpec, meta_doing, on_device, problem_code
+from kgen.problems.problem import Problem, TensorSpec, meta_doing, on_device, problem_code
 
-FP32_DEFAULT_RTOL = 1e-5  # kgen.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
+FP32_DEFAULT_RTOL = 1e-5  # kgen.judge.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def problem_figures(problem: Problem, ceilings: Ceilings | None) -> ProblemFigur
 
 
 def _cache_path() -> Path:
-    from kgen.resources import cache_dir
+    from kgen.core.resources import cache_dir
 
     return cache_dir() / "ceilings.json"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from kgen.core.records import EvalSettings
 from kgen.harness.trace import NON_COMPUTE_OPS
-from kgen.records import EvalSettings
-from kgen.static_checks import FORBIDDEN_NAMES
+from kgen.judge.static_checks import FORBIDDEN_NAMES
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ TRITON_FACTS = (
 
 
 def versions() -> dict[str, Optional[str]]:
-    """torch, Triton and CUDA versions, as every evaluation records them (kgen.evaluate)."""
-    from kgen.evaluate import _versions
+    """torch, Triton and CUDA versions, as every evaluation records them (kgen.judge.evaluate)."""
+    from kgen.judge.evaluate import _versions
 
     return _versions()
 
@@ -83,7 +83,8 @@ def device_properties(index: int = 0) -> Optional[dict[str, Any]]:
 
 
 def forbidden_calls() -> list[str]:
-    """`name` (why, its first clause) for every name the static checks reject (kgen.static_checks.FORBIDDEN_NAMES)."""
+    """`name` (why, its first clause) for every name the static checks reject
+    (kgen.judge.static_checks.FORBIDDEN_NAMES)."""
     return [f"`{name}` ({why.split(' (')[0]})" for name, why in FORBIDDEN_NAMES.items()]
 
 
@@ -95,7 +96,7 @@ def free_torch_ops() -> list[str]:
 
 def judge_facts() -> dict[str, Any]:
     """The numbers of the judge's rules that the prompt quotes."""
-    from kgen.judge import TORCH_WORK_LIMIT
+    from kgen.judge.judge import TORCH_WORK_LIMIT
 
     settings = EvalSettings()
     return {"trials": max(int(settings.trials), 5), "last_trial_scale": 100, "torch_work_limit_pct":
@@ -103,7 +104,7 @@ def judge_facts() -> dict[str, Any]:
 
 
 def prompt_facts(gpu: bool) -> dict[str, Any]:
-    """Everything system.j2 states about the judge and the machine (see kgen/prompts.py)."""
+    """Everything system.j2 states about the judge and the machine (see kgen/proposers/prompts.py)."""
     return {"versions": versions(), "device_properties": device_properties() if gpu else None,
             "forbidden_calls": forbidden_calls(), "free_torch_ops": free_torch_ops(), "judge": judge_facts(),
             "interpreter": [f.text for f in INTERPRETER_FACTS], "triton": list(TRITON_FACTS)}

@@ -12,7 +12,7 @@ The variables every template sees (see `prompt_context`):
   ceilings       {bandwidth_gb_s, fp32_tflop_s, tf32_tflop_s, half_tflop_s (fp16/bf16)} measured on the device, or None
   roofline       {flops, bytes, floor_ms, bound}; floor_ms and bound are None without ceilings
   baseline       {eager_ms, compile_ms}, each None until timed
-  best           the best correct candidates, the promoted best first (kgen.promotion), then fastest
+  best           the best correct candidates, the promoted best first (kgen.store.promotion), then fastest
                  first: {id, language, source, idea, runtime_ms, speedup_eager, speedup_compile,
                  roofline_pct, profile (kernel_profile.summary: where its GPU time went, launch
                  configuration, registers, spills, achieved bandwidth; None untimed), tied_with (the
@@ -20,11 +20,11 @@ The variables every template sees (see `prompt_context`):
   profiles_note  one line: what the profiles are, or that they are off on this machine (no GPU)
   failures       recent failures, newest first: {id, language, source, idea, outcome, message}
   ideas_that_worked, round_index, correct_count, tried_count
-  tolerance_rule the judge's tolerance rule in words (kgen.verify.tolerance_rule_text: the judge's own
+  tolerance_rule the judge's tolerance rule in words (kgen.judge.verify.tolerance_rule_text: the judge's own
                  rule, for the problem's dtype and rtol, the default rtol unless one is given)
   failure        (repair.j2 only) the failure to fix, as in `failures`
   state_dict     the reference's parameters and buffers as `name (shape dtype)`, in state-dict order
-  facts          kgen.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
+  facts          kgen.proposers.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
                  torch operators that are not work, the judge's numbers, the interpreter's behaviour
 Filters: ms (0.123 ms / not timed), speedup (1.23x / -), pct (45.6% / -), si (1.20 G).
 """
@@ -39,18 +39,18 @@ from typing import Any, Optional
 
 import jinja2
 
-from kgen import fmt, pyast
-from kgen.errors import KgenError
-from kgen.history import History
-from kgen.problems import Problem, on_device, problem_code
-from kgen.prompt_facts import prompt_facts
-from kgen.store import ScoredCandidate
+from kgen.core import fmt, pyast
+from kgen.core.errors import KgenError
+from kgen.problems.problem import Problem, on_device, problem_code
+from kgen.proposers.prompt_facts import prompt_facts
+from kgen.store.history import History
+from kgen.store.queries import ScoredCandidate
 
 TEMPLATES = ("system.j2", "propose.j2", "repair.j2")
 
 
 def bundled_prompts_dir() -> Path:
-    from kgen.resources import prompts_dir
+    from kgen.core.resources import prompts_dir
 
     return prompts_dir()
 
@@ -102,7 +102,7 @@ def reference_state(problem: Problem) -> list[str]:
 def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0,
                    rtol: Optional[float] = None) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
-    from kgen.verify import tolerance_rule_text
+    from kgen.judge.verify import tolerance_rule_text
 
     roof, ceil = history.roofline, history.ceilings
     return {

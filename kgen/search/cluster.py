@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
 
 EVALUATOR_RESOURCE = "kgen_gpu"
 

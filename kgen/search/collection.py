@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from kgen import store
-from kgen.collection_summary import BAD_ROW, PENDING, EntryResult
-from kgen.db import Database, open_db
-from kgen.errors import KgenError
-from kgen.records import EvalSettings, Proposal
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalSettings, Proposal
+from kgen.search.collection_summary import BAD_ROW, PENDING, EntryResult
+from kgen.store import queries
+from kgen.store.db import Database, open_db
 
 PROPOSER = "collection"
 GENERATION = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
@@ -197,9 +197,9 @@ def read_collection(collection: str, kernelbench: Optional[str] = None) -> list[
 
 
 def load_references(entries: list[Entry], size: str) -> dict[str, object]:
-    """Load each entry's reference once (kgen.problems.Problem by reference); an entry whose reference
+    """Load each entry's reference once (kgen.problems.problem.Problem by reference); an entry whose reference
     cannot be loaded (a missing package, a file that is not a KernelBench problem) becomes a bad row."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     problems: dict[str, object] = {}
     failures: dict[str, str] = {}
@@ -277,7 +277,7 @@ class CollectionConfig:
 
 
 def _manifest_hash(entries: list[Entry]) -> str:
-    text = json.dumps([(e.label, e.problem_hash, e.source and store.normalized_source_hash(e.source), e.error)
+    text = json.dumps([(e.label, e.problem_hash, e.source and queries.normalized_source_hash(e.source), e.error)
                        for e in entries])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -289,7 +289,7 @@ def _entry_record(entry: Entry) -> dict:
 def create_collection_run(db: Database, config: CollectionConfig, entries: list[Entry], device: str) -> int:
     """The run and a candidate per evaluable entry (origin: its label), all stored before any evaluation."""
     name = Path(config.collection).name
-    run_id = store.create_run(
+    run_id = queries.create_run(
         db, problem=f"collection {name}", problem_path=config.collection, problem_hash=_manifest_hash(entries),
         size=config.size, proposer=PROPOSER, model=None, language="any", seed=0, rounds=1,
         candidates_per_round=len(entries), device=device,
@@ -301,21 +301,21 @@ def create_collection_run(db: Database, config: CollectionConfig, entries: list[
 def store_candidates(db: Database, run_id: int, entries: list[Entry]) -> None:
     """A candidate for each evaluable entry the run does not hold yet (a run killed while it was being
     created gets the rest on resume); its origin is the entry's label."""
-    from kgen.static_checks import detect_language
+    from kgen.judge.static_checks import detect_language
 
     stored = _candidates(db, run_id)
     for entry in entries:
         if entry.error is None and entry.label not in stored:
-            store.add_proposal(db, Proposal(source=entry.source, proposer=PROPOSER,
-                                            language=detect_language(entry.source), origin=entry.label),
-                               run_id=run_id, round_index=0, problem=entry.problem, problem_hash=entry.problem_hash)
+            queries.add_proposal(db, Proposal(source=entry.source, proposer=PROPOSER,
+                                              language=detect_language(entry.source), origin=entry.label),
+                                 run_id=run_id, round_index=0, problem=entry.problem, problem_hash=entry.problem_hash)
 
 
 def _candidates(db: Database, run_id: int) -> dict[str, tuple[int, str]]:
     """label -> (candidate id, source) of a collection run's candidates."""
     from sqlalchemy import select
 
-    from kgen.db import Candidate
+    from kgen.store.db import Candidate
 
     with db.reader() as s:
         return {origin: (cid, source) for cid, origin, source in s.execute(
@@ -323,7 +323,7 @@ def _candidates(db: Database, run_id: int) -> dict[str, tuple[int, str]]:
 
 
 def load_collection_run(db: Database, run_id: int) -> tuple[CollectionConfig, list[Entry]]:
-    run = store.get_run(db, run_id)
+    run = queries.get_run(db, run_id)
     if run is None:
         raise KgenError(f"no run {run_id} in {db.url}")
     settings = dict(run.settings or {})
@@ -344,7 +344,7 @@ def _set_floor(settings: EvalSettings, problem) -> None:
     """The roofline floor a correct time below which is `suspicious` (measuring this GPU's ceilings the
     first time, before any evaluator is busy)."""
     try:
-        from kgen.roofline import compute_roofline, device_ceilings
+        from kgen.problems.roofline import compute_roofline, device_ceilings
 
         settings.floor_ms = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
     except Exception:  # noqa: BLE001 - no floor means no `suspicious` by physics; the judge's clock still checks
@@ -355,11 +355,11 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
               stages, device, progress: CollectionProgress) -> None:
     """Every entry of the run not evaluated yet through the compile and timing stages, each result
     stored as it arrives."""
-    from kgen import baselines as kgen_baselines
-    from kgen.workers import Job, problem_ref
+    from kgen.judge import baselines as kgen_baselines
+    from kgen.search.workers import Job, problem_ref
 
     candidates = _candidates(db, run_id)
-    done_ids = store.evaluated_candidate_ids(db, run_id)
+    done_ids = queries.evaluated_candidate_ids(db, run_id)
     todo = [e for e in entries if e.error is None and candidates[e.label][0] not in done_ids]
     label_of = {candidates[e.label][0]: e.label for e in todo}
     progress.start(total=sum(e.error is None for e in entries), done=len(candidates) - len(todo))
@@ -397,7 +397,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
         waiting = [problems[r].source_hash for r in queue] + [problems[r].source_hash for r, _ in pending.values()]
         for event in stages.poll(timing_open=_baselines_in(set(waiting))):
             if event.kind == "done":
-                store.add_evaluation(db, event.candidate_id, event.result)
+                queries.add_evaluation(db, event.candidate_id, event.result)
                 progress.finished(label_of[event.candidate_id], event.result.outcome,
                                   event.result.speedup_eager)
             elif event.kind == "requeued":
@@ -413,7 +413,7 @@ def _baselines_in(waiting: set[str]):
 def _send_baseline(stages, queue: deque, problems: dict, pending: dict, index: int) -> None:
     """The next problem's baselines to evaluator `index` (a big collection has more problems than GPUs:
     one at a time each, so a candidate sent to that evaluator never waits behind a queue of them)."""
-    from kgen.workers import problem_ref
+    from kgen.search.workers import problem_ref
 
     reference = queue.popleft()
     problem = problems[reference]
@@ -427,7 +427,7 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
     evaluators that are done with theirs."""
     import ray
 
-    from kgen import baselines as kgen_baselines
+    from kgen.judge import baselines as kgen_baselines
 
     done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
     freed = []
@@ -451,7 +451,7 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
 def entry_results(db: Database, run_id: int) -> tuple[list[EntryResult], bool]:
     """Each entry of a collection run with its latest evaluation (PENDING where it has none yet), and
     whether the run was timed (on a GPU)."""
-    from kgen.db import Candidate, latest_evaluation
+    from kgen.store.db import Candidate, latest_evaluation
 
     _, entries = load_collection_run(db, run_id)
     with db.reader() as s:
@@ -460,7 +460,7 @@ def entry_results(db: Database, run_id: int) -> tuple[list[EntryResult], bool]:
         latest = {}
         for cand in s.scalars(select(Candidate).where(Candidate.run_id == run_id)):
             latest[cand.origin] = (cand.id, latest_evaluation(cand))
-        run = store.get_run(db, run_id)
+        run = queries.get_run(db, run_id)
         results = []
         for e in entries:
             cid, ev = latest.get(e.label, (None, None))
@@ -479,8 +479,8 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
                    cluster=None) -> int:
     """Evaluate a collection (or resume run `resume_run_id`) to its end; returns the run id. Ctrl-C marks
     the run interrupted and re-raises KeyboardInterrupt. Bad input raises KgenError before any DB exists."""
-    from kgen import cluster as ray_cluster
-    from kgen.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.sandbox import SandboxMode, check_sandbox
+    from kgen.search import cluster as ray_cluster
 
     progress = progress or CollectionProgress()
     if resume_run_id is None:
@@ -496,7 +496,7 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
     try:
         if resume_run_id is not None:
             config, entries = load_collection_run(database, resume_run_id)
-            if store.get_run(database, resume_run_id).status == "finished":
+            if queries.get_run(database, resume_run_id).status == "finished":
                 return resume_run_id
             check_sandbox(SandboxMode(config.sandbox))
             problems = _reload(entries, config.size)
@@ -507,7 +507,7 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
         connected = cluster or ray_cluster.connect(ray_address)
         stages = None
         try:
-            from kgen.workers import Stages
+            from kgen.search.workers import Stages
 
             stages = Stages(connected, None, config.size)
             device = stages.device()
@@ -516,13 +516,14 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
                 progress.note(f"run {run_id}: {len(entries) - len(bad)} entries to evaluate, {len(bad)} bad row(s), "
                               f"{stages.evaluator_count} evaluator(s) ({connected.placement.described})")
             else:
-                store.set_run_status(database, run_id, "running")
-            store.set_run_process(database, run_id)
+                queries.set_run_status(database, run_id, "running")
+            queries.set_run_process(database, run_id)
             _evaluate(database, run_id, config, entries, problems, stages, device, progress)
-            store.set_run_status(database, run_id, "finished", rounds_done=1)
+            queries.set_run_status(database, run_id, "finished", rounds_done=1)
         except BaseException as e:
             if run_id is not None:
-                store.set_run_status(database, run_id, "interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
+                queries.set_run_status(database, run_id,
+                                       "interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
                 if isinstance(e, KeyboardInterrupt):
                     progress.note(f"interrupted: run {run_id} marked interrupted; `kgen eval --resume {run_id}` "
                                   "continues it")
@@ -553,7 +554,7 @@ def _store_missing(db: Database, run_id: int, config: CollectionConfig, entries:
 
 def _reload(entries: list[Entry], size: str) -> dict:
     """A resumed run's references, each checked against the hash its run stored."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     problems = {}
     for e in entries:

@@ -1,4 +1,4 @@
-"""The summary of a collection run (kgen.collection): outcomes, fast_p, geometric-mean speedup and
+"""The summary of a collection run (kgen.search.collection): outcomes, fast_p, geometric-mean speedup and
 claimed-vs-measured speedups, computed from plain records so every figure can be checked by hand,
 and rendered as a terminal table, JSON, CSV or Markdown.
 
@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from kgen.records import CPU_CORRECT
+from kgen.core.records import CPU_CORRECT
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BAD_ROW = "bad_row"  # an entry that could not be evaluated at all: no reference, an unreadable file ...
@@ -181,7 +181,7 @@ def _pct(value: Optional[float]) -> str:
 
 def _sections(s: CollectionSummary) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of each table the summary shows."""
-    # untimed means no GPU: a CPU `correct` checked the outputs but not who computed them (kgen.records)
+    # untimed means no GPU: a CPU `correct` checked the outputs but not who computed them (kgen.core.records)
     sections = [("Outcomes", ["outcome", "entries"],
                  [[o if s.timed or o != "correct" else CPU_CORRECT, str(n)] for o, n in s.outcomes.items()])]
     if s.static_reject_reasons:

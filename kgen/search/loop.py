@@ -3,9 +3,9 @@ earlier rounds found.
 
     history   = build_history(db, problem, run)         # best candidates (diverse), recent failures
     proposals = proposer.propose(problem, history, N, k)
-    stored    = store.add_proposal(...) for each         # before evaluation: a kill loses nothing
+    stored    = queries.add_proposal(...) for each         # before evaluation: a kill loses nothing
     for each result as it finishes (workers.Stages):     # compile on CPUs, time one per GPU
-        store.add_evaluation(...)                        # committed at once
+        queries.add_evaluation(...)                        # committed at once
     run.rounds_done = k + 1                               # in order, once all of round k is stored
 
 Rounds overlap by one: round k+1 is proposed once round k has left the compile stage, so CUDA builds
@@ -27,13 +27,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from kgen import fmt, store
-from kgen.db import Database, DatabaseUnavailableError, Run, open_db
-from kgen.errors import KgenError
-from kgen.problems import Problem, load_problem
-from kgen.progress import SearchProgress
-from kgen.promotion import candidate_spread, promoted_best
-from kgen.records import EvalSettings
+from kgen.core import fmt
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalSettings
+from kgen.problems.problem import Problem, load_problem
+from kgen.search.progress import SearchProgress
+from kgen.store import queries
+from kgen.store.db import Database, DatabaseUnavailableError, Run, open_db
+from kgen.store.promotion import candidate_spread, promoted_best
 
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
 GPU_CANDIDATES = 8
@@ -66,9 +67,9 @@ class SearchConfig:
     # also time torch.compile(max-autotune): minutes of GPU time on a fresh DB that nothing in a search reads
     # (kgen bench --max-autotune shows it), so off
     baseline_max_autotune: bool = False
-    price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.ledger)
+    price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.store.ledger)
     price_out: Optional[float] = None
-    ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.ncu_profile); 0: none
+    ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.judge.ncu_profile); 0: none
     ncu_top: int = 2  # ... of the round's fastest new correct candidates (and each one's parent)
 
     @classmethod
@@ -123,7 +124,7 @@ def no_gpu_note(language: str) -> str:
 def validate(config: SearchConfig) -> None:
     """Bad configuration is a one-line KgenError, raised before any cluster or run exists. Settings
     still None are fine: resolve_defaults fills them."""
-    from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS
+    from kgen.core.records import LANGUAGE_CHOICES, PROPOSER_KINDS
 
     if config.rounds < 1:
         raise KgenError(f"--rounds must be at least 1 (got {config.rounds})")
@@ -135,7 +136,7 @@ def validate(config: SearchConfig) -> None:
         raise KgenError(f"unknown proposer '{config.proposer}' (choose {', '.join(PROPOSER_KINDS)})")
     if config.language is not None and config.language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{config.language}' (choose {', '.join(LANGUAGE_CHOICES)})")
-    from kgen.ledger import flag_prices
+    from kgen.store.ledger import flag_prices
 
     flag_prices(config.price_in, config.price_out)  # both or neither, each a number 0 or more
     if config.starters_dir is not None and config.proposer != "offline":
@@ -191,7 +192,7 @@ def make_proposer(config: SearchConfig, problem: Problem):
 
 def load_run(db: Database, run_id: int) -> tuple[SearchConfig, Run]:
     """The configuration of a run to resume, or a one-line KgenError saying why it cannot be."""
-    run = store.get_run(db, run_id)
+    run = queries.get_run(db, run_id)
     if run is None:
         raise KgenError(f"no run {run_id} in {db.url}")
     if run.status == "finished":
@@ -241,7 +242,7 @@ class Search:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
         first candidates compile, and fills the settings' baseline fields before it ends. The GPUs
         take no candidate until it has (a baseline timed beside a candidate would skew both)."""
-        from kgen.roofline import compute_roofline, device_ceilings
+        from kgen.problems.roofline import compute_roofline, device_ceilings
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
                                 timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
@@ -257,7 +258,7 @@ class Search:
 
     def _time_baselines(self, settings: EvalSettings, device: str, stages=None) -> None:
         """The baselines, compiled while the evaluators' sandboxes start, and timed with those stopped."""
-        from kgen.baselines import get_baselines
+        from kgen.judge.baselines import get_baselines
 
         started = time.monotonic()
         hold = getattr(stages, "spares_stopped", None)
@@ -275,8 +276,8 @@ class Search:
     def run(self, cluster) -> SearchSummary:
         import torch
 
-        from kgen.roofline import device_ceilings
-        from kgen.workers import Stages
+        from kgen.problems.roofline import device_ceilings
+        from kgen.search.workers import Stages
 
         if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
             device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
@@ -305,7 +306,7 @@ class Search:
         finally:
             stages.close()
             self._store_startup()
-        store.set_run_status(self.db, self.run_id, "finished")
+        queries.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
     def _rounds(self, stages, settings: EvalSettings, first_round: int, device: str,
@@ -348,7 +349,7 @@ class Search:
             while open_rounds and not open_rounds[min(open_rounds)]:
                 done_round = min(open_rounds)
                 del open_rounds[done_round]
-                store.set_run_status(self.db, self.run_id, "running", rounds_done=done_round + 1)
+                queries.set_run_status(self.db, self.run_id, "running", rounds_done=done_round + 1)
                 self.progress.round_finished(done_round)
                 if device != "cpu":
                     self._stall_profiles(stages, settings, done_round)
@@ -366,26 +367,26 @@ class Search:
                 else:
                     self._since_start("first_result_s")
                     self._add_judge_phases(event.result)
-                    store.add_evaluation(self.db, event.candidate_id, event.result)
+                    queries.add_evaluation(self.db, event.candidate_id, event.result)
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
 
     def _stall_profiles(self, stages, settings: EvalSettings, round_index: int) -> None:
         """Nsight Compute profiles of the round's best new candidates and their parents, within
-        `ncu_budget_s` (kgen.ncu_profile); the next prompts show them. Off for the rest of the run,
+        `ncu_budget_s` (kgen.judge.ncu_profile); the next prompts show them. Off for the rest of the run,
         said once, when ncu cannot run here."""
         budget = float(self.config.ncu_budget_s or 0)
         if budget <= 0 or self._ncu_off or not hasattr(stages, "ncu_profile"):
             return
-        from kgen.roofline import compute_roofline
+        from kgen.problems.roofline import compute_roofline
 
         started = time.monotonic()
         profiled = []
-        from kgen.history import build_history
+        from kgen.store.history import build_history
 
         # first the parents the next prompt will show (where the profile is read), then the round's best
         shown = tuple(c.id for c in build_history(self.db, self.problem, run_id=self.run_id, device=None).best)
-        targets = store.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top, first=shown)
+        targets = queries.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top, first=shown)
         min_bytes = compute_roofline(self.problem).bytes_moved if targets else None  # what "x the minimum" is against
         for k, (candidate_id, source) in enumerate(targets):
             left = budget - (time.monotonic() - started)
@@ -406,7 +407,7 @@ class Search:
             self._ncu_s += took
             self._ncu_last_s = took
             profile["min_bytes"] = min_bytes
-            store.set_ncu_profile(self.db, candidate_id, profile)
+            queries.set_ncu_profile(self.db, candidate_id, profile)
             profiled.append(f"#{candidate_id}" + (" (failed)" if profile.get("error") else ""))
         if profiled:
             self.progress.note(f"  Nsight Compute profiled {', '.join(profiled)} in "
@@ -423,31 +424,31 @@ class Search:
         self.startup["judge_s"] = dict(self.judge_s)
         if self.run_id is not None:
             with contextlib.suppress(DatabaseUnavailableError):  # figures, not results: nothing else depends on them
-                store.set_run_startup(self.db, self.run_id, self.startup)
+                queries.set_run_startup(self.db, self.run_id, self.startup)
 
     def _open_run(self, device: str, gpus: int) -> int:
         """Create the run, or mark the resumed one running again; the rounds it has done."""
         config, problem = self.config, self.problem
         if self.run_id is None:
-            self.run_id = store.create_run(
+            self.run_id = queries.create_run(
                 self.db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
                 size=problem.size, proposer=config.proposer, model=getattr(self.proposer, "model", None),
                 language=config.language, seed=config.seed, rounds=config.rounds,
                 candidates_per_round=config.candidates, settings=dict(asdict(config), gpus=gpus), device=device)
         else:
-            store.set_run_status(self.db, self.run_id, "running")
-        store.set_run_process(self.db, self.run_id)
-        return store.get_run(self.db, self.run_id).rounds_done
+            queries.set_run_status(self.db, self.run_id, "running")
+        queries.set_run_process(self.db, self.run_id)
+        return queries.get_run(self.db, self.run_id).rounds_done
 
     def _round_jobs(self, round_index: int, device: str):
         """This round's candidates to evaluate: new proposals, each stored first; or, for a round a
         killed search had begun, its stored candidates not yet evaluated. None: the proposer is done."""
-        from kgen.history import build_history
-        from kgen.workers import Job
+        from kgen.search.workers import Job
+        from kgen.store.history import build_history
 
-        stored = store.round_candidates(self.db, self.run_id, round_index)
+        stored = queries.round_candidates(self.db, self.run_id, round_index)
         if stored:
-            evaluated = store.evaluated_candidate_ids(self.db, self.run_id)
+            evaluated = queries.evaluated_candidate_ids(self.db, self.run_id)
             jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
             self.progress.resumed_round(len(stored), len(jobs))
             return jobs
@@ -457,8 +458,8 @@ class Search:
             return None
         jobs = []
         for proposal in proposals:
-            cid = store.add_proposal(self.db, proposal, run_id=self.run_id, round_index=round_index,
-                                     problem=self.problem.name, problem_hash=self.problem.source_hash)
+            cid = queries.add_proposal(self.db, proposal, run_id=self.run_id, round_index=round_index,
+                                       problem=self.problem.name, problem_hash=self.problem.source_hash)
             if proposal.source:  # no code: stored with its no_code outcome, nothing to evaluate
                 jobs.append(Job(cid, proposal.source))
         self.progress.proposed(len(proposals), len(proposals) - len(jobs))
@@ -466,16 +467,16 @@ class Search:
 
     def _seed_counts(self) -> None:
         """On resume, the best so far includes what earlier sessions of this run found."""
-        for c in sorted(store.correct_candidates(self.db, run_id=self.run_id), key=lambda c: c.id):
+        for c in sorted(queries.correct_candidates(self.db, run_id=self.run_id), key=lambda c: c.id):
             self.progress.counts.consider_best(c.id, c.speedup_eager, c.speedup_compile, candidate_spread(c))
 
     def summary(self, status: str, timed: bool = True) -> SearchSummary:
-        run = store.get_run(self.db, self.run_id)
-        correct = store.correct_candidates(self.db, run_id=self.run_id)
-        tokens_in, tokens_out, unreported = store.run_tokens(self.db, self.run_id)
+        run = queries.get_run(self.db, self.run_id)
+        correct = queries.correct_candidates(self.db, run_id=self.run_id)
+        tokens_in, tokens_out, unreported = queries.run_tokens(self.db, self.run_id)
         summary = SearchSummary(run_id=self.run_id, status=status, problem=self.problem.name, device=run.device or "-",
                                 rounds_done=run.rounds_done, rounds_planned=run.rounds_planned,
-                                candidates=store.candidate_count(self.db, self.run_id),
+                                candidates=queries.candidate_count(self.db, self.run_id),
                                 correct=len(correct), tokens_in=tokens_in, tokens_out=tokens_out,
                                 calls_without_tokens=unreported,
                                 wall_s=time.monotonic() - self.started, timed=timed, stop_reason=self.stop_reason,
@@ -505,7 +506,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
                resume_run_id: Optional[int] = None, ray_address: Optional[str] = None,
                progress: Optional[SearchProgress] = None, cluster=None) -> SearchSummary:
     """Run (or resume) a search to its end. `db`: an open Database, or a URL/path opened once the
-    configuration has been checked (bad input creates no file). `cluster`: a kgen.cluster.Cluster the
+    configuration has been checked (bad input creates no file). `cluster`: a kgen.search.cluster.Cluster the
     caller connected and will shut down (kgen bench runs its searches on one); else one is started or
     joined (`ray_address`) for this search. Ctrl-C marks the run interrupted and re-raises
     KeyboardInterrupt; any other failure marks it failed and re-raises."""
@@ -519,7 +520,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         finally:
             database.close()
 
-    from kgen import cluster as ray_cluster
+    from kgen.search import cluster as ray_cluster
 
     run_id = None
     if resume_run_id is not None:
@@ -543,7 +544,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             try:
-                store.set_run_status(search.db, search.run_id, status)
+                queries.set_run_status(search.db, search.run_id, status)
             except DatabaseUnavailableError:
                 pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):

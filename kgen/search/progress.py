@@ -18,9 +18,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kgen import fmt
-from kgen.promotion import RuntimeSpread, promoted_best, samples_of, spread_of
-from kgen.records import CPU_CORRECT, EvalResult, verdict_label
+from kgen.core import fmt
+from kgen.core.records import CPU_CORRECT, EvalResult, verdict_label
+from kgen.store.promotion import RuntimeSpread, promoted_best, samples_of, spread_of
 
 
 @dataclass
@@ -78,7 +78,7 @@ class SearchCounts:
     def consider_best(self, candidate_id: int, speedup_eager: Optional[float],
                       speedup_compile: Optional[float], spread: Optional[RuntimeSpread] = None) -> bool:
         """Take a correct candidate into the best-so-far; True when it leads now. The lead is
-        kgen.promotion's: the first found (lowest id) unless a later one beats it beyond the timing
+        kgen.store.promotion's: the first found (lowest id) unless a later one beats it beyond the timing
         noise, as the search's summary and the leaderboard decide it. Untimed (no GPU): the first
         correct one leads. Without a runtime the speedup vs eager stands in for it (same baseline)."""
         if speedup_compile is not None and (self.best_speedup_compile is None
@@ -255,7 +255,7 @@ def first_cause(message: Optional[str]) -> str:
 def describe(result: EvalResult) -> str:
     """One line for a finished evaluation: its outcome and the numbers or first cause that go with it."""
     if result.outcome == "correct":
-        if result.runtime_ms is None:  # on the CPU: what was not audited, too (kgen.records.CPU_CORRECT)
+        if result.runtime_ms is None:  # on the CPU: what was not audited, too (kgen.core.records.CPU_CORRECT)
             return verdict_label(result.outcome, result.device) if result.device == "cpu" else \
                 "correct (untimed: no GPU)"
         parts = [f"{fmt.ms(result.runtime_ms)} ms", f"{fmt.speedup(result.speedup_eager)} vs eager",
@@ -290,7 +290,7 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
                  + (f" (and {unknown} {'reply' if unknown == 1 else 'replies'} whose server reported no usage)"
                     if unknown else ""))
     if summary.best_id is not None:
-        from kgen.export import default_module_file
+        from kgen.outputs.export import default_module_file
 
         lines.append("export: " + fmt.command("export", summary.best_id, "-o", default_module_file(summary.problem),
                                               db=db))

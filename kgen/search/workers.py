@@ -1,9 +1,9 @@
-"""The two evaluation stages on a Ray cluster (kgen.cluster starts or joins it).
+"""The two evaluation stages on a Ray cluster (kgen.search.cluster starts or joins it).
 
 - Compile stage: `compile_candidate` tasks (one CPU each, spread over the cluster's nodes, as many
   at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
   cache.
-- Timing stage: `Evaluator` actors, placed as kgen.cluster.evaluator_placement says (one per GPU
+- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (one per GPU
   by default), each evaluating one candidate at a time (in its own process, as
   `evaluate_candidate` does), so timings never share a GPU.
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kgen.cluster import Cluster, where_am_i
-from kgen.errors import KgenError
-from kgen.records import EvalResult, EvalSettings, Outcome
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, EvalSettings, Outcome
+from kgen.search.cluster import Cluster, where_am_i
 
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
 # candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
@@ -48,7 +48,7 @@ def problem_ref(problem_path: Optional[str]) -> Optional[str]:
     """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
     wherever kgen is installed there), any other problem's path (which every node must be able to read).
     None: the stages have no problem of their own, each job names its own (a collection)."""
-    from kgen.resources import problems_dir
+    from kgen.core.resources import problems_dir
 
     if problem_path is None:
         return None
@@ -60,7 +60,7 @@ def problem_ref(problem_path: Optional[str]) -> Optional[str]:
 def _load(problem: str, size: str, source_hash: Optional[str] = None):
     """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
     file) stops the search with one line rather than judge candidates against another reference."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     loaded = load_problem(problem, size)
     if source_hash is not None and loaded.source_hash != source_hash:
@@ -73,7 +73,7 @@ def _compile(problem: str, size: str, source_hash: str, source: str,
              settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
     """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
     the node it ran on)."""
-    from kgen.evaluate import prebuild
+    from kgen.judge.evaluate import prebuild
 
     info: dict = {}
     return prebuild(_load(problem, size, source_hash), source, settings, info), info, where_am_i()
@@ -97,7 +97,7 @@ class _Evaluator:
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
-        self.spares = None  # kgen.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self.spares = None  # kgen.judge.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
         self._stopped = None  # the spares' paused() context while the search times its baselines
 
     def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
@@ -105,8 +105,8 @@ class _Evaluator:
         evaluator's own (a collection's entries each name theirs)."""
         import ray
 
-        from kgen.evaluate import evaluate_candidate, sandbox_mode
-        from kgen.judge import SpareRunners
+        from kgen.judge.evaluate import evaluate_candidate, sandbox_mode
+        from kgen.judge.judge import SpareRunners
 
         mode = sandbox_mode(settings)
         if self.spares is None or self.spares.mode is not mode:
@@ -119,10 +119,10 @@ class _Evaluator:
         return result
 
     def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
-        """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.baselines, in
+        """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.judge.baselines, in
         a child process of kgen's own), so a collection's baselines take turns with its candidates on
         every GPU instead of one; the driver stores them. None when they could not be timed."""
-        from kgen.baselines import time_baselines
+        from kgen.judge.baselines import time_baselines
 
         return time_baselines(_load(*problem), max_autotune)
 
@@ -131,8 +131,8 @@ class _Evaluator:
         and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
         them make their CUDA contexts: they start while the search times its baselines, not when the
         first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
-        from kgen.evaluate import sandbox_mode
-        from kgen.judge import SpareRunners
+        from kgen.judge.evaluate import sandbox_mode
+        from kgen.judge.judge import SpareRunners
 
         mode = sandbox_mode(EvalSettings(sandbox=sandbox))
         if self.spares is None or self.spares.mode is not mode:
@@ -158,14 +158,14 @@ class _Evaluator:
         """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
         import torch
 
-        from kgen.judge import spare_key
+        from kgen.judge.judge import spare_key
 
         return spare_key("cuda") if torch.cuda.is_available() else "cpu"
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
-        """A Nsight Compute profile of a correct candidate (kgen.ncu_profile), or {"unavailable": why}
+        """A Nsight Compute profile of a correct candidate (kgen.judge.ncu_profile), or {"unavailable": why}
         when none can be taken here."""
-        from kgen.ncu_profile import NcuUnavailable, profile_candidate
+        from kgen.judge.ncu_profile import NcuUnavailable, profile_candidate
 
         try:
             return profile_candidate(_load(*self.problem), source, settings, budget_s)
@@ -225,7 +225,7 @@ class Stages:
     def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
         import ray
 
-        from kgen.cluster import Reservation
+        from kgen.search.cluster import Reservation
 
         self.problem = (problem_ref(problem_path), size, source_hash)
         placement = cluster.placement

@@ -1,7 +1,7 @@
 """The results database: SQLAlchemy 2.0 typed ORM over SQLite (WAL, foreign keys on) or PostgreSQL.
 
 `results.db` in the current directory unless `--db URL` or `KGEN_DB` names another SQLAlchemy URL (a bare
-path is a SQLite file; `postgresql://` uses the psycopg driver). The schema is Alembic's (kgen/migrations).
+path is a SQLite file; `postgresql://` uses the psycopg driver). The schema is Alembic's (kgen/store/migrations).
 
 - Commands that write open the DB with `open_db(db)`: it is created if missing and upgraded if an older kgen
   wrote it, by one process at a time (SQLite: a write transaction taken at once, BEGIN IMMEDIATE;
@@ -49,9 +49,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
 
-SCHEMA_VERSION = 3  # the latest revision in kgen/migrations/versions ("0003")
+SCHEMA_VERSION = 3  # the latest revision in kgen/store/migrations/versions ("0003")
 DEFAULT_DB = "results.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # How long a SQLite writer waits for another's transaction to end. kgen's transactions take milliseconds;

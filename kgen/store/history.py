@@ -10,12 +10,12 @@ from typing import Optional
 
 from sqlalchemy import select
 
-from kgen import kernel_profile
-from kgen.db import Baseline, Candidate, Database
-from kgen.problems import Problem
-from kgen.promotion import candidate_spread, promotion_order, within_noise
-from kgen.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
-from kgen.store import (
+from kgen.judge import kernel_profile
+from kgen.problems.problem import Problem
+from kgen.problems.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
+from kgen.store.db import Baseline, Candidate, Database
+from kgen.store.promotion import candidate_spread, promotion_order, within_noise
+from kgen.store.queries import (
     ScoredCandidate,
     correct_candidates,
     normalized_source_hash,

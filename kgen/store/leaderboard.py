@@ -2,7 +2,7 @@
 (`kgen show`), and the runs. Read-only: nothing here writes to the DB.
 
 A candidate's standing on a device is its latest evaluation there. The leaderboard ranks correct
-candidates (suspicious ones never) per (problem, device, size). The best is kgen.promotion's: the
+candidates (suspicious ones never) per (problem, device, size). The best is kgen.store.promotion's: the
 candidate found first (lowest id) until a later one beats it beyond the timing noise (its 95%
 interval of the median wholly below, and at least 2% faster); a later one that is faster only
 within the noise is a tie and does not displace it. Below the best, the others fastest first, then
@@ -23,13 +23,14 @@ from typing import Optional
 
 from sqlalchemy import func, select
 
-from kgen import fmt, ledger
-from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
-from kgen.errors import KgenError
-from kgen.fmt import Column
-from kgen.promotion import RuntimeSpread, promotion_order, samples_of, spread_of, within_noise
-from kgen.records import CPU_CORRECT, verdict_label
-from kgen.store import process_alive
+from kgen.core import fmt
+from kgen.core.errors import KgenError
+from kgen.core.fmt import Column
+from kgen.core.records import CPU_CORRECT, verdict_label
+from kgen.store import ledger
+from kgen.store.db import Candidate, Database, Evaluation, LLMCall, Run
+from kgen.store.promotion import RuntimeSpread, promotion_order, samples_of, spread_of, within_noise
+from kgen.store.queries import process_alive
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -65,7 +66,7 @@ class LeaderboardRow:
     ci_high_ms: Optional[float] = None
     timed_runs: int = 0  # the timed runs stored with the evaluation, behind the interval
     tied_with: Optional[int] = None  # the group's best, where this one is within its timing noise
-    # filled by `--sort per-dollar|per-gpu-hour` (kgen.ledger.sort_board): speedup vs eager per dollar its run
+    # filled by `--sort per-dollar|per-gpu-hour` (kgen.store.ledger.sort_board): speedup vs eager per dollar its run
     # spent on tokens, or per GPU-hour it used; free: its run spent nothing on tokens
     speedup_per_usd: Optional[float] = None
     speedup_per_gpu_hour: Optional[float] = None
@@ -73,7 +74,7 @@ class LeaderboardRow:
 
     @property
     def verdict(self) -> str:
-        """Its outcome as users read it (a CPU row's says what was not audited: kgen.records.CPU_CORRECT)."""
+        """Its outcome as users read it (a CPU row's says what was not audited: kgen.core.records.CPU_CORRECT)."""
         return verdict_label("correct", self.device)
 
     def to_dict(self) -> dict:
@@ -136,7 +137,7 @@ def check_problem(db: Database, name: Optional[str]) -> None:
         return
     from difflib import get_close_matches
 
-    from kgen.problems import problem_names
+    from kgen.problems.problem import problem_names
 
     bundled = problem_names()
     with db.reader() as s:
@@ -200,7 +201,7 @@ def to_markdown(rows: list[LeaderboardRow]) -> str:
 
 
 def cpu_note(rows: list[LeaderboardRow]) -> Optional[str]:
-    """What a board with CPU rows must say about them (kgen.records.CPU_CORRECT); None without any."""
+    """What a board with CPU rows must say about them (kgen.core.records.CPU_CORRECT); None without any."""
     if not any(r.device == "cpu" for r in rows):
         return None
     return f"cpu rows: {CPU_CORRECT}"
@@ -249,7 +250,7 @@ class CandidateDetail:
     candidate: Candidate
     evaluations: list[Evaluation]
     lineage: list[Ancestor] = field(default_factory=list)
-    cost: Optional[ledger.CandidateCost] = None  # its cost ledger (kgen.ledger)
+    cost: Optional[ledger.CandidateCost] = None  # its cost ledger (kgen.store.ledger)
 
 
 def candidate_detail(db: Database, candidate_id: int) -> CandidateDetail:
@@ -354,7 +355,7 @@ class RunRow:
     # for a `running` run: False when its process on this machine is gone (SIGKILLed; resume it),
     # None when this machine cannot tell (another host, or not running)
     process_alive: Optional[bool] = None
-    cost: Optional[ledger.RunCost] = None  # its cost ledger (kgen.ledger)
+    cost: Optional[ledger.RunCost] = None  # its cost ledger (kgen.store.ledger)
     evaluated: Optional[int] = None  # its candidates with an evaluation (None: not counted)
 
     @property
@@ -413,7 +414,7 @@ def run_rows(db: Database, *, problem: Optional[str] = None, prices: Optional[le
                 candidates=counts.get(run.id, 0), evaluated=evaluated.get(run.id, 0),
                 correct=len({r.candidate_id for r in board}),
                 best_candidate_id=best.candidate_id if best else None,
-                # the promoted best's (kgen.promotion), not the highest: a faster tie is not a better kernel
+                # the promoted best's (kgen.store.promotion), not the highest: a faster tie is not a better kernel
                 best_speedup_eager=best.speedup_eager if best else None,
                 best_speedup_compile=best.speedup_compile if best else None,
                 tokens_in=tin, tokens_out=tout, started_at=run.created_at, finished_at=run.finished_at,
@@ -531,9 +532,9 @@ def render_detail(detail: CandidateDetail, console) -> None:
 
 
 def profile_lines(evaluations) -> list[str]:
-    """`kgen show`'s kernel profile and GPU telemetry of each timed evaluation (kgen.kernel_profile,
-    kgen.telemetry), one line each."""
-    from kgen import kernel_profile, ncu_profile, telemetry
+    """`kgen show`'s kernel profile and GPU telemetry of each timed evaluation (kgen.judge.kernel_profile,
+    kgen.judge.telemetry), one line each."""
+    from kgen.judge import kernel_profile, ncu_profile, telemetry
 
     lines = []
     for e in evaluations:

@@ -6,7 +6,7 @@ Per candidate (CandidateCost), summed over every evaluation of it (each one was 
   candidates add up to its calls.
 - compile seconds: the CPU compile stage's (Evaluation.compile_s: CUDA builds, static checks) plus the
   judge's compile step on the evaluating machine (its `compile_s` phase: Triton's JIT, loading the builds).
-- GPU seconds, for verification and timing: on a GPU, every phase of the judge (kgen.judge `phase()`)
+- GPU seconds, for verification and timing: on a GPU, every phase of the judge (kgen.judge.judge `phase()`)
   but compiling and profiling: reference_s (the reference's outputs and profile), calibration_s, import_s,
   ablation_s, verify_s and timing_s, all of them work on the GPU the evaluation holds. An evaluation that
   recorded no phases counts its eval_s. On the CPU: 0, nothing there holds a GPU.
@@ -34,10 +34,10 @@ from typing import Any, Optional
 
 from sqlalchemy import func, select
 
-from kgen import fmt
-from kgen.db import Candidate, Database, Evaluation, LLMCall, Run
-from kgen.errors import KgenError
-from kgen.fmt import Column
+from kgen.core import fmt
+from kgen.core.errors import KgenError
+from kgen.core.fmt import Column
+from kgen.store.db import Candidate, Database, Evaluation, LLMCall, Run
 
 PRICE_ENV = ("KGEN_PRICE_IN", "KGEN_PRICE_OUT")
 # The judge's phases that are not GPU work for verification and timing (see the module docstring).
@@ -334,7 +334,7 @@ def cost_cells(c: RunCost) -> list[str]:
 # -- the leaderboard by cost -----------------------------------------------------------------------
 
 def sort_board(db: Database, rows: list, sort: str, override: Optional[Prices] = None) -> list:
-    """The leaderboard's rows (kgen.leaderboard.LeaderboardRow) by `sort`: runtime keeps their order;
+    """The leaderboard's rows (kgen.store.leaderboard.LeaderboardRow) by `sort`: runtime keeps their order;
     per-dollar ranks by speedup vs eager per dollar the row's run spent on tokens, per-gpu-hour by speedup
     per GPU-hour the run used, best first, each row's figure filled in. Rows without a speedup (evaluated
     without a GPU) or without a run's cost come last; on per-dollar, rows of a run that cost nothing (the
@@ -380,8 +380,8 @@ def _figure(row, sort: str) -> str:
 
 
 def print_cost_board(rows: list, console, *, sort: str, title: str, wide: bool = False) -> None:
-    """The leaderboard as kgen.leaderboard.print_board shows it, with the sort's figure after `vs eager`."""
-    from kgen.leaderboard import COLUMNS, row_cells
+    """The leaderboard as kgen.store.leaderboard.print_board shows it, with the sort's figure after `vs eager`."""
+    from kgen.store.leaderboard import COLUMNS, row_cells
 
     at = next(i for i, c in enumerate(COLUMNS) if c.header == "vs eager") + 1
     header = "vs eager/$" if sort == "per-dollar" else "vs eager/GPU-h"

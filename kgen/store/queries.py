@@ -13,9 +13,9 @@ from typing import Optional
 from sqlalchemy import func, select
 
 from kgen import __version__
-from kgen.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
-from kgen.promotion import samples_of
-from kgen.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
+from kgen.core.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
+from kgen.store.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
+from kgen.store.promotion import samples_of
 
 
 def normalized_source_hash(source: str) -> str:
@@ -55,7 +55,7 @@ def set_run_status(db: Database, run_id: int, status: str, rounds_done: Optional
 
 
 def set_run_startup(db: Database, run_id: int, startup: dict) -> None:
-    """Record where a search's own seconds went (kgen.search.Search.startup), in its settings."""
+    """Record where a search's own seconds went (kgen.search.loop.Search.startup), in its settings."""
     with db.session() as s:
         run = s.get(Run, run_id)
         run.settings = dict(run.settings or {}, startup=startup)
@@ -169,7 +169,7 @@ class ScoredCandidate:
     roofline_pct: Optional[float]
     device: str
     torch_ops: list[str]
-    samples_ms: list[float] = field(default_factory=list)  # the timed runs behind runtime_ms (kgen.promotion)
+    samples_ms: list[float] = field(default_factory=list)  # the timed runs behind runtime_ms (kgen.store.promotion)
 
 
 def _latest_evaluations(problem_hash: Optional[str], run_id: Optional[int], problem: Optional[str] = None):
