@@ -151,7 +151,7 @@ def test_starter_is_correct_at_full_size_and_timed(starter, tmp_path):
 
 @pytest.mark.slow
 def test_baselines_are_timed_once_and_cached(tmp_path):
-    from kgen.judge.baselines import get_baselines
+    from kgen.store.baselines import get_baselines
     from kgen.problems.problem import load_problem
     from kgen.store.db import Baseline, open_db
 

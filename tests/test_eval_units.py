@@ -332,14 +332,13 @@ def test_a_static_reject_on_the_cli_is_one_line_of_outcome_and_exit_0(tmp_path):
     assert run_kgen("eval", "no_such_problem", str(CANDIDATES / "no_kernel.py")).returncode == 2
 
 
-def test_evaluate_one_rejects_statically_before_the_baselines(monkeypatch):
-    from kgen.judge import baselines
+def test_evaluate_one_rejects_statically_before_the_baselines():
     from kgen.judge.evaluate import evaluate_one
     from kgen.problems.problem import load_problem
 
-    monkeypatch.setattr(baselines, "get_baselines", lambda *a, **k: pytest.fail("baselines timed for a reject"))
     result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "no_kernel.py").read_text(),
-                          EvalSettings(device="cuda", size="small"), db="sqlite:///:memory:")
+                          EvalSettings(device="cuda", size="small"),
+                          baselines=lambda *a, **k: pytest.fail("baselines timed for a reject"))
     assert result.outcome == "static_reject" and set(result.details["breakdown"]) == {"static_s"}
 
 

@@ -18,6 +18,7 @@ from kgen.judge.sandbox import SandboxMode, check_sandbox
 from kgen.problems.problem import load_problem
 from kgen.store import queries
 from kgen.store.db import open_db
+from kgen.store.history import profile_summaries
 
 from conftest import REPO
 
@@ -166,7 +167,7 @@ def test_a_stored_profile_reaches_the_summaries_the_prompt_shows_and_a_failed_on
     db, _, ids = _scored_db(tmp_path)
     queries.set_ncu_profile(db, ids["fast"], ncu_profile.parse(RECORDED))
     queries.set_ncu_profile(db, ids["middle"], {"error": "ERR_NVGPUCTRPERM"})
-    shown = kernel_profile.summaries(db, [ids["fast"], ids["middle"], ids["slow"]])
+    shown = profile_summaries(db, [ids["fast"], ids["middle"], ids["slow"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel")
     assert ids["middle"] not in shown and ids["slow"] not in shown
     with db.reader() as s:  # stored beside what the evaluation already held
@@ -260,7 +261,7 @@ def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_s
     assert set(parents) == {ids["fast"], ids["middle"], ids["parent"], ids["slow"]}
     by_source = {SOFTMAX_STARTER + f"\n# {name}\n": ids[name] for name in ids}
     assert [by_source[src] for src, _ in stages.asked] == parents
-    shown = kernel_profile.summaries(db, [ids["fast"], ids["parent"]])
+    shown = profile_summaries(db, [ids["fast"], ids["parent"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel (") and ids["parent"] in shown
     assert "MB to/from DRAM = " in shown[ids["fast"]] and "x the problem's minimum" in shown[ids["fast"]]
     with db.reader() as s:

@@ -299,9 +299,14 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     from kgen.judge.sandbox import SandboxMode, check_sandbox
 
     check_sandbox(SandboxMode(settings.sandbox))
+    from_db = None  # where the baselines come from: the results DB, timed into it the first time
     if baselines and device != "cpu":
+        from functools import partial
+
+        from kgen.store.baselines import get_baselines_at
         from kgen.store.db import db_url, mask_url
 
+        from_db = partial(get_baselines_at, db)
         print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
               "there (--no-baselines skips them)", file=sys.stderr)
     if device == "cpu" and size == "full":
@@ -312,7 +317,7 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     if note:
         print(f"kgen: {note}", file=sys.stderr, flush=True)
     load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
-    result = evaluate_one(loaded, source, settings, db=db, baselines=baselines)
+    result = evaluate_one(loaded, source, settings, baselines=from_db)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 
@@ -578,9 +583,9 @@ def search_cmd(
     except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)
-    from kgen.store.db import db_url
+    from kgen.store.db import db_option, db_url
 
-    for line in summary_lines(summary, db=fmt.db_option(db_url(db))):
+    for line in summary_lines(summary, db=db_option(db_url(db))):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
@@ -632,8 +637,8 @@ def leaderboard_cmd(
         console.print("no correct candidates yet" + (f" for {problem}" if problem else ""), highlight=False)
     elif sort != "runtime":
         per = sort.replace("-", " ").replace("gpu", "GPU")  # per dollar, per GPU hour
-        ledger.print_cost_board(rows, console, sort=sort, wide=wide, title=f"kgen leaderboard by speedup {per}"
-                                + (" (all correct candidates)" if include_all else ""))
+        lb.print_cost_board(rows, console, sort=sort, wide=wide, title=f"kgen leaderboard by speedup {per}"
+                            + (" (all correct candidates)" if include_all else ""))
     else:
         lb.print_board(rows, console, title="kgen leaderboard" + (" (all correct candidates)" if include_all else ""),
                        wide=wide)
@@ -681,7 +686,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
     import json
 
     from kgen.store import leaderboard as lb
-    from kgen.store.db import open_db
+    from kgen.store.db import db_option, open_db
 
     database = open_db(db, read_only=True)
     try:
@@ -696,7 +701,7 @@ def runs_cmd(problem: Optional[str] = typer.Option(None, "--problem", "-p", meta
     elif not rows:
         console.print("no runs yet", highlight=False)
     else:
-        lb.print_runs(rows, console, wide=wide, db=fmt.db_option(database.url))
+        lb.print_runs(rows, console, wide=wide, db=db_option(database.url))
 
 
 @app.command(cls=KgenCommand, name="export")

@@ -8,6 +8,7 @@ a file, CI logs) as plain aligned lines that are never cut to a width.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,18 +106,10 @@ def build_notes(details: Optional[dict]) -> str:
     return "; ".join(notes) or MISSING
 
 
-def db_option(url: str) -> Optional[str]:
-    """What `--db` must say for a later command to open the DB at `url`: None for the default DB
-    (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL
-    with its password masked (kgen never prints a password; the user puts theirs back)."""
-    from kgen.store.db import db_url, mask_url
-
-    if url == db_url(None):
-        return None
-    if not url.startswith("sqlite:///"):
-        return mask_url(url)
-    path = Path(url.removeprefix("sqlite:///"))
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+def default_module_file(problem: str) -> str:
+    """A file name `-o` accepts for a problem's kernel: softmax -> softmax_kernel.py, 19_ReLU -> kernel_19_relu.py."""
+    slug = re.sub(r"\W+", "_", problem).strip("_").lower() or "problem"
+    return f"kernel_{slug}.py" if slug[0].isdigit() else f"{slug}_kernel.py"
 
 
 def program() -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any, Optional, Union
 
 from kgen.core.errors import KgenError
@@ -131,16 +132,17 @@ def _processes(language: str, device: str) -> dict[str, int]:
     return {"compile": 1} if language == "cuda" else {"run": 1}
 
 
-def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: Optional[str] = None,
-                 baselines: bool = True) -> EvalResult:
+def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
+                 baselines: Optional[Callable[..., Optional[tuple]]] = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
     sandboxes this one evaluation takes all start at once (with no spares beyond them), importing torch
     while the baselines compile; they are stopped while the baselines are timed (eager and
-    torch.compile on a GPU, unless `baselines` is False: timed once per problem, device and versions,
-    then read from the results DB `db`), then the judge takes them. `details["breakdown"]` holds where
-    the seconds went: static_s, baselines_s, close_s (stopping the sandboxes left over), then the judge's
-    phases."""
+    torch.compile on a GPU, unless `baselines` is None: `baselines(problem, device, max_autotune=False,
+    hold=...)` gives them, as kgen.store.baselines.get_baselines_at does from a results DB, where they are
+    timed once per problem, device and versions, then read back), then the judge takes them.
+    `details["breakdown"]` holds where the seconds went: static_s, baselines_s, close_s (stopping the
+    sandboxes left over), then the judge's phases."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -159,16 +161,9 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *, db: O
     breakdown: dict[str, Any] = {"static_s": static_s}
     try:
         spares.prestart(spare_key(device), _processes(verdict.language, device))
-        if baselines and device != "cpu":
-            from kgen.judge.baselines import get_baselines
-            from kgen.store.db import open_db
-
+        if baselines is not None and device != "cpu":
             mark = time.monotonic()
-            database = open_db(db)
-            try:
-                times = get_baselines(database, problem, device, max_autotune=False, hold=spares.paused)
-            finally:
-                database.close()
+            times = baselines(problem, device, max_autotune=False, hold=spares.paused)
             if times is not None:
                 settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
             breakdown["baselines_s"] = round(time.monotonic() - mark, 3)

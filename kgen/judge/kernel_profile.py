@@ -12,7 +12,7 @@ Where the figures come from, and what they are not:
   twice moves more than that, so the real DRAM traffic is at least this.
 - Stall reasons, measured DRAM throughput and achieved occupancy need hardware counters: Nsight
   Compute profiles the best new candidates of each round in a sandbox of its own (kgen.judge.ncu_profile),
-  and `summaries` adds its line where a candidate has one.
+  and kgen.store.history.profile_summaries adds its line where a candidate has one.
 
 Everything the runner sent is untrusted (the candidate ran in that process): every field is
 type-checked and clipped here before it is stored or shown to an LLM.
@@ -22,10 +22,6 @@ from __future__ import annotations
 
 import math
 from typing import Any, Optional
-
-from sqlalchemy import select
-
-from kgen.judge import ncu_profile
 
 STALLS_NOTE = ("the lines marked Nsight Compute come from hardware counters (the best new candidates of each "
                "round, where ncu can run): measured DRAM traffic, achieved occupancy, spills and the top warp stall "
@@ -148,25 +144,3 @@ def summary(profile: Optional[dict[str, Any]]) -> Optional[str]:
         pieces.append("; ".join(f"{k} ({v.get('n_regs') or 0:.0f} registers/thread, {v.get('n_spills') or 0:.0f} "
                                 "spills)" for k, v in list(triton.items())[:3]))
     return ". ".join(pieces) or None
-
-
-def summaries(db: Any, candidate_ids: list[int]) -> dict[int, str]:
-    """Each candidate's profile summary from its latest evaluation that has one."""
-    from kgen.store.db import Evaluation
-
-    if not candidate_ids:
-        return {}
-    out: dict[int, str] = {}
-    with db.reader() as s:
-        rows = s.execute(select(Evaluation.candidate_id, Evaluation.details)
-                         .where(Evaluation.candidate_id.in_(list(candidate_ids))).order_by(Evaluation.id))
-        for candidate_id, details in rows:
-            if not isinstance(details, dict):
-                continue
-            ncu = details.get("ncu") if isinstance(details.get("ncu"), dict) else {}
-            parts = [summary(details.get("kernel_profile")),
-                     None if ncu.get("error") else ncu_profile.summary(ncu)]  # a failed profile teaches nothing
-            text = ". ".join(p for p in parts if p)
-            if text:
-                out[candidate_id] = text
-    return out

@@ -53,7 +53,7 @@ from typing import Any, Optional
 from kgen import __version__
 from kgen.core import fmt, pyast
 from kgen.core.errors import KgenError
-from kgen.store.db import Candidate, Database, Evaluation, Run
+from kgen.store.db import Candidate, Database, Evaluation, Run, db_option
 
 # Names the exported module adds at its top level; a candidate that defines one of them is refused
 # rather than silently shadowed.
@@ -114,12 +114,6 @@ def _correct_evaluation(cand: Candidate, device: Optional[str]) -> Optional[Eval
     return None
 
 
-def default_module_file(problem: str) -> str:
-    """A file name `-o` accepts for a problem's kernel: softmax -> softmax_kernel.py, 19_ReLU -> kernel_19_relu.py."""
-    slug = re.sub(r"\W+", "_", problem).strip("_").lower() or "problem"
-    return f"kernel_{slug}.py" if slug[0].isdigit() else f"{slug}_kernel.py"
-
-
 def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
     """A candidate id, or a problem name → its leaderboard winner on this device."""
     from kgen.store.leaderboard import leaderboard
@@ -133,8 +127,8 @@ def resolve_target(db: Database, target: str) -> tuple[int, Optional[str]]:
     elsewhere = sorted({r.device for r in leaderboard(db, problem=target)})
     if elsewhere:
         best = leaderboard(db, problem=target)[0]
-        example = fmt.command("export", best.candidate_id, "-o", default_module_file(target),
-                              db=fmt.db_option(db.url))
+        example = fmt.command("export", best.candidate_id, "-o", fmt.default_module_file(target),
+                              db=db_option(db.url))
         raise KgenError(f"no correct candidate for {target} on this device ({device}); there are on "
                         f"{', '.join(elsewhere)}: export one by id, e.g. {example}")
     raise KgenError(f"no correct candidate for problem '{target}' in {db.url}")

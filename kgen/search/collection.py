@@ -355,7 +355,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
               stages, device, progress: CollectionProgress) -> None:
     """Every entry of the run not evaluated yet through the compile and timing stages, each result
     stored as it arrives."""
-    from kgen.judge import baselines as kgen_baselines
+    from kgen.store import baselines as kgen_baselines
     from kgen.search.workers import Job, problem_ref
 
     candidates = _candidates(db, run_id)
@@ -427,7 +427,7 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
     evaluators that are done with theirs."""
     import ray
 
-    from kgen.judge import baselines as kgen_baselines
+    from kgen.store import baselines as kgen_baselines
 
     done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
     freed = []

@@ -33,7 +33,7 @@ from kgen.core.records import EvalSettings
 from kgen.problems.problem import Problem, load_problem
 from kgen.search.progress import SearchProgress
 from kgen.store import queries
-from kgen.store.db import Database, DatabaseUnavailableError, Run, open_db
+from kgen.store.db import Database, DatabaseUnavailableError, Run, db_option, open_db
 from kgen.store.promotion import candidate_spread, promoted_best
 
 CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Triton's interpreter
@@ -258,7 +258,7 @@ class Search:
 
     def _time_baselines(self, settings: EvalSettings, device: str, stages=None) -> None:
         """The baselines, compiled while the evaluators' sandboxes start, and timed with those stopped."""
-        from kgen.judge.baselines import get_baselines
+        from kgen.store.baselines import get_baselines
 
         started = time.monotonic()
         hold = getattr(stages, "spares_stopped", None)
@@ -548,7 +548,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
             except DatabaseUnavailableError:
                 pass  # the DB takes no writes now (a full disk): the run stays `running`, which resumes the same
             if isinstance(e, KeyboardInterrupt):
-                resume = fmt.command("search", "--resume", search.run_id, db=fmt.db_option(db.url))
+                resume = fmt.command("search", "--resume", search.run_id, db=db_option(db.url))
                 progress.note(f"interrupted: run {search.run_id} marked interrupted; `{resume}` continues it")
             if isinstance(e, DatabaseUnavailableError):
                 raise DatabaseUnavailableError(f"{e}; run {search.run_id} stopped, and `kgen search --resume "

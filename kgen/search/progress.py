@@ -290,10 +290,8 @@ def summary_lines(summary, db: Optional[str] = None) -> list[str]:
                  + (f" (and {unknown} {'reply' if unknown == 1 else 'replies'} whose server reported no usage)"
                     if unknown else ""))
     if summary.best_id is not None:
-        from kgen.outputs.export import default_module_file
-
-        lines.append("export: " + fmt.command("export", summary.best_id, "-o", default_module_file(summary.problem),
-                                              db=db))
+        lines.append("export: " + fmt.command("export", summary.best_id, "-o",
+                                              fmt.default_module_file(summary.problem), db=db))
     return lines
 
 

@@ -238,6 +238,18 @@ def mask_url(url: str) -> str:
     return _PASSWORD_IN_QUERY.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***@", url))
 
 
+def db_option(url: str) -> Optional[str]:
+    """What `--db` must say for a later command to open the DB at `url`: None for the default DB
+    (KGEN_DB, else ./results.db), a SQLite file's path (relative to here when below it), else the URL
+    with its password masked (kgen never prints a password; the user puts theirs back)."""
+    if url == db_url(None):
+        return None
+    if not url.startswith("sqlite:///"):
+        return mask_url(url)
+    path = Path(url.removeprefix("sqlite:///"))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def _reason(error: BaseException, url: URL) -> str:
     """The first line of a driver's error, with the URL's password masked should the driver repeat it."""
     lines = str(getattr(error, "orig", None) or error).strip().splitlines()

@@ -10,10 +10,10 @@ from typing import Optional
 
 from sqlalchemy import select
 
-from kgen.judge import kernel_profile
+from kgen.judge import kernel_profile, ncu_profile
 from kgen.problems.problem import Problem
 from kgen.problems.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
-from kgen.store.db import Baseline, Candidate, Database
+from kgen.store.db import Baseline, Candidate, Database, Evaluation
 from kgen.store.promotion import candidate_spread, promotion_order, within_noise
 from kgen.store.queries import (
     ScoredCandidate,
@@ -129,6 +129,27 @@ def profiles_note(gpu: bool) -> str:
             f"a kernel that re-reads its inputs moves more than shown; {kernel_profile.STALLS_NOTE}.")
 
 
+def profile_summaries(db: Database, candidate_ids: list[int]) -> dict[int, str]:
+    """Each candidate's profile summary (kgen.judge.kernel_profile.summary, and the Nsight Compute line of
+    kgen.judge.ncu_profile.summary) from its latest evaluation that has one."""
+    if not candidate_ids:
+        return {}
+    out: dict[int, str] = {}
+    with db.reader() as s:
+        rows = s.execute(select(Evaluation.candidate_id, Evaluation.details)
+                         .where(Evaluation.candidate_id.in_(list(candidate_ids))).order_by(Evaluation.id))
+        for candidate_id, details in rows:
+            if not isinstance(details, dict):
+                continue
+            ncu = details.get("ncu") if isinstance(details.get("ncu"), dict) else {}
+            parts = [kernel_profile.summary(details.get("kernel_profile")),
+                     None if ncu.get("error") else ncu_profile.summary(ncu)]  # a failed profile teaches nothing
+            text = ". ".join(p for p in parts if p)
+            if text:
+                out[candidate_id] = text
+    return out
+
+
 def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, device: Optional[str] = None, *,
                   max_best: int = 4, max_failures: int = 4, max_ideas: int = 10) -> History:
     """The history of `problem` (this run's when `run_id` is given; every source ever tried for the
@@ -150,7 +171,7 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
     base = _baseline(db, problem, device)
     best = pick_diverse(ranked, max_best)
     # the profiles of the parents the prompt shows
-    profiles = kernel_profile.summaries(db, [c.id for c in best]) if ceilings is not None else {}
+    profiles = profile_summaries(db, [c.id for c in best]) if ceilings is not None else {}
     return History(best=best, ties=ties_with_best(best), failures=failures, ideas_that_worked=ideas[:max_ideas],
                    tried_hashes=tried_hashes(db, problem_hash=problem.source_hash), correct_count=len(ranked),
                    parent_ids=_parent_ids(db, problem),

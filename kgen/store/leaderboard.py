@@ -226,6 +226,27 @@ def print_board(rows: list[LeaderboardRow], console, *, title: str, wide: bool =
                           soft_wrap=True)
 
 
+def _figure(row, sort: str) -> str:
+    value = row.speedup_per_usd if sort == "per-dollar" else row.speedup_per_gpu_hour
+    if value is None:
+        return "free" if sort == "per-dollar" and row.free else fmt.MISSING
+    return f"{value:,.3g}"
+
+
+def print_cost_board(rows: list, console, *, sort: str, title: str, wide: bool = False) -> None:
+    """The leaderboard as print_board shows it, with the sort's figure (kgen.store.ledger.sort_board) after
+    `vs eager`."""
+    at = next(i for i, c in enumerate(COLUMNS) if c.header == "vs eager") + 1
+    header = "vs eager/$" if sort == "per-dollar" else "vs eager/GPU-h"
+    columns = (*COLUMNS[:at], Column(header, numeric=True), *COLUMNS[at:])
+    cells = []
+    for r in rows:
+        row = row_cells(r)
+        cells.append([*row[:at], _figure(r, sort), *row[at:]])
+    fmt.print_table(console, columns, cells, title=title, wide=wide,
+                    styles=["bold" if r.rank == 1 else None for r in rows])
+
+
 # -- one candidate: kgen show ----------------------------------------------------------------------
 
 @dataclass

@@ -371,24 +371,3 @@ def sort_board(db: Database, rows: list, sort: str, override: Optional[Prices] =
             keyed.append(((1, -figure), r))
     return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
 
-
-def _figure(row, sort: str) -> str:
-    value = row.speedup_per_usd if sort == "per-dollar" else row.speedup_per_gpu_hour
-    if value is None:
-        return "free" if sort == "per-dollar" and row.free else fmt.MISSING
-    return f"{value:,.3g}"
-
-
-def print_cost_board(rows: list, console, *, sort: str, title: str, wide: bool = False) -> None:
-    """The leaderboard as kgen.store.leaderboard.print_board shows it, with the sort's figure after `vs eager`."""
-    from kgen.store.leaderboard import COLUMNS, row_cells
-
-    at = next(i for i, c in enumerate(COLUMNS) if c.header == "vs eager") + 1
-    header = "vs eager/$" if sort == "per-dollar" else "vs eager/GPU-h"
-    columns = (*COLUMNS[:at], Column(header, numeric=True), *COLUMNS[at:])
-    cells = []
-    for r in rows:
-        row = row_cells(r)
-        cells.append([*row[:at], _figure(r, sort), *row[at:]])
-    fmt.print_table(console, columns, cells, title=title, wide=wide,
-                    styles=["bold" if r.rank == 1 else None for r in rows])
