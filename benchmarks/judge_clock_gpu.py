@@ -52,8 +52,9 @@ def main() -> None:
 
     from kgen.core.records import EvalSettings
     from kgen.judge.evaluate import evaluate_candidate, prebuild
-    from kgen.judge.judge import CLOCK_FLOOR_MS, SpareRunners
     from kgen.judge.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.spares import SpareRunners
+    from kgen.judge.timing import CLOCK_FLOOR_MS
 
     if not torch.cuda.is_available():
         print("SKIP: no CUDA GPU here", flush=True)
@@ -167,8 +168,8 @@ def _report(rows: list[dict], out: Path, device: str, torch_version: str, wall_s
                       f"largest gap/threshold {worst['gap_ms'] / worst['threshold_ms']:.2f} ({worst['label']}, "
                       f"{worst['size']}: gap {_num(worst['gap_ms'])} ms, threshold {_num(worst['threshold_ms'])} ms)"]
         top = max(r["gap_ms"] for r in honest)
-        lines.append(f"largest honest gap {top:.4g} ms (kgen.judge.judge.CLOCK_FLOOR_MS is {_floor()} ms; above 1.5x the "
-                     "largest honest gap keeps honest runs clear, below the smallest shave meant to be caught)")
+        lines.append(f"largest honest gap {top:.4g} ms (kgen.judge.timing.CLOCK_FLOOR_MS is {_floor()} ms; above 1.5x "
+                     "the largest honest gap keeps honest runs clear, below the smallest shave meant to be caught)")
         firsts = [(r["null_first_median_ms"], r["null_second_median_ms"]) for r in honest
                   if r["null_first_median_ms"] is not None and r["null_second_median_ms"] is not None]
         if firsts:
@@ -189,7 +190,7 @@ def _mismatch(row: dict) -> bool:
 
 
 def _floor() -> float:
-    from kgen.judge.judge import CLOCK_FLOOR_MS
+    from kgen.judge.timing import CLOCK_FLOOR_MS
 
     return CLOCK_FLOOR_MS
 

@@ -42,8 +42,8 @@ def main() -> None:
 
     from kgen.core.records import EvalSettings
     from kgen.judge.evaluate import evaluate_candidate
-    from kgen.judge.judge import SpareRunners
     from kgen.judge.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.spares import SpareRunners
     from kgen.problems.problem import load_problem
 
     mode = SandboxMode.NONE if args.no_sandbox else SandboxMode.BWRAP

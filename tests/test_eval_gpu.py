@@ -47,8 +47,8 @@ GPU_EXPECTED = {
 def gpu_results():
     from kgen.core.records import EvalSettings
     from kgen.judge.evaluate import evaluate_candidate
-    from kgen.judge.judge import SpareRunners
     from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     spares = SpareRunners(SandboxMode.BWRAP)  # started sandboxes kept ready, as a search's evaluator keeps them
 
@@ -76,7 +76,7 @@ def test_correct_candidates_are_timed_on_the_gpu(gpu_results):
         timing = result.details["timing"]
         assert timing["runs"] >= 20 and timing["checked_runs"] >= 1
         # the judge's clock agrees: nothing beyond the overhead of a runner that does nothing, within the noise
-        # measured in this timing (kgen.judge.judge.clock_check). Below zero is harmless
+        # measured in this timing (kgen.judge.timing.clock_check). Below zero is harmless
         assert -0.3 < timing["clock_gap_ms"] < timing["clock_threshold_ms"], timing
         assert result.device != "cpu"
         kernels = result.details["gpu_kernels"]
@@ -151,8 +151,8 @@ def test_starter_is_correct_at_full_size_and_timed(starter, tmp_path):
 
 @pytest.mark.slow
 def test_baselines_are_timed_once_and_cached(tmp_path):
-    from kgen.store.baselines import get_baselines
     from kgen.problems.problem import load_problem
+    from kgen.store.baselines import get_baselines
     from kgen.store.db import Baseline, open_db
 
     db = open_db(str(tmp_path / "results.db"))

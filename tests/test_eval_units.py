@@ -134,8 +134,8 @@ def test_the_judge_reads_a_runner_description_strictly():
 
 
 def test_spares_give_every_candidate_a_process_no_candidate_has_used():
-    from kgen.judge.judge import SpareRunners
     from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     spares = SpareRunners(SandboxMode.BWRAP, depth=1)
     try:
@@ -160,8 +160,8 @@ def test_spares_are_stopped_while_a_candidate_is_timed_and_go_on_after():
     """Every process of a waiting spare's sandbox is stopped (state T) inside `paused()`, and runs again after."""
     import time
 
-    from kgen.judge.judge import SpareRunners
     from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     def states(pgid: int) -> set[str]:
         found = set()
@@ -298,7 +298,7 @@ def test_the_gpu_audit_finds_a_cuda_kernels_name_wherever_its_launch_bounds_stan
     after the return type once made its parenthesis the 'name', and correct CUDA candidates (the bundled
     softmax cuda_two_pass and cuda_cluster_single_pass starters) were rejected as running 100% other
     kernels on the H100."""
-    from kgen.judge.judge import _cuda_kernel_names
+    from kgen.judge.audit import _cuda_kernel_names
 
     assert _cuda_kernel_names(f"// before\n{declaration} {{\n}}\n") == {name}
 
@@ -401,25 +401,26 @@ def test_the_baseline_child_is_timed_only_inside_the_callers_hold(tmp_path, monk
 def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_ones(monkeypatch):
     """The sandboxes one evaluation needs start before the judge runs, and the judge takes exactly those
     (a spare it cannot find under its own name for the device would be started again, and the first wasted)."""
-    from kgen.judge import judge
+    from kgen.judge import judge, spares
     from kgen.judge.evaluate import evaluate_one
     from kgen.problems.problem import load_problem
 
     started = []
-    real = judge.start_process
-    monkeypatch.setattr(judge, "start_process", lambda device, mode, kind="run", **kw: (
-        started.append((device, kind)), real(device, mode, kind, **kw))[1])
+    real = spares.start_process
+    counted = lambda device, mode, kind="run", **kw: (started.append((device, kind)), real(device, mode, kind, **kw))[1]
+    monkeypatch.setattr(spares, "start_process", counted)  # what the spares start
+    monkeypatch.setattr(judge, "start_process", counted)  # what the judge would start without them
     result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
                           EvalSettings(device="cpu", size="small"))
     assert result.outcome == "correct", result.message
     assert started == [("cpu", "run")]  # on the CPU a Triton candidate takes one runner, and no spare is kept
-    assert judge.spare_key("cpu") == "cpu" and judge.spare_key("cuda:1") == "cuda:1"
+    assert spares.spare_key("cpu") == "cpu" and spares.spare_key("cuda:1") == "cuda:1"
 
 
 def test_a_triton_build_is_keyed_by_the_input_shapes():
     """Triton compiles one kernel per specialization, so builds for one size are not another's (on the H100,
     `--size small` after `--size full` of one source found the full build and the runner had to compile)."""
-    from kgen.judge.judge import build_key
+    from kgen.judge.builds import build_key
 
     source = "import triton\n"
     assert build_key(source, "9.0") == build_key(source, "9.0", "")  # CUDA sources: no shapes, shared with the CPU

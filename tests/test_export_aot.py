@@ -169,7 +169,7 @@ def _compiling_judge(tmp_path, verified: list):
     import triton
 
     from kgen.judge.ablation import ablate_triton_kernels
-    from kgen.judge.judge import build_key, builds_root
+    from kgen.judge.builds import build_key, builds_root
 
     def judge(problem, text):
         verified.append(text)
@@ -364,7 +364,7 @@ def test_a_build_directory_without_the_modules_kernels_is_refused_in_one_line(tm
     """The GPU and the judge are mocked: the judge says it compiled into a build directory that holds only
     kgen's own warm-up kernel (then: none at all, then: no build directory named)."""
     from kgen.cli.app import main
-    from kgen.judge.judge import builds_root
+    from kgen.judge.builds import builds_root
 
     db, cid = _softmax_candidate(tmp_path)
     only_warm_up = builds_root() / "only-warm-up"

@@ -6,8 +6,9 @@ import time
 import torch
 
 from kgen.core.records import EvalSettings
-from kgen.judge.judge import Judge, Trial
+from kgen.judge.judge import Judge
 from kgen.judge.sandbox import SandboxMode
+from kgen.judge.verdict import Trial
 from kgen.problems.problem import load_problem
 
 

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from kgen.core.records import EvalResult, EvalSettings, Proposal
-from kgen.judge import kernel_profile, ncu_profile
-from kgen.judge.judge import start_process
+from kgen.judge import ncu_profile
 from kgen.judge.sandbox import SandboxMode, check_sandbox
+from kgen.judge.spares import start_process
 from kgen.problems.problem import load_problem
 from kgen.store import queries
 from kgen.store.db import open_db
@@ -190,7 +190,7 @@ WRAPPER = textwrap.dedent('''
 
 
 def test_a_wrapper_starts_the_runner_inside_the_same_sandbox_and_writes_only_where_it_is_given(tmp_path):
-    """kgen.judge.judge.start_process with a wrapper (what profile_candidate gives it: ncu's command line):
+    """kgen.judge.spares.start_process with a wrapper (what profile_candidate gives it: ncu's command line):
     the wrapper runs in the sandbox (PID 1 of its namespace, uid 65534), writes its log in the one
     directory bound writable, and the runner it starts still answers on the judge's channel."""
     check_sandbox(SandboxMode.BWRAP)

@@ -16,8 +16,8 @@ import torch
 from kgen.core.records import EvalSettings
 from kgen.harness.runner import copy_weights
 from kgen.harness.trace import NON_COMPUTE_OPS
+from kgen.judge.audit import TORCH_WORK_LIMIT
 from kgen.judge.evaluate import _versions
-from kgen.judge.judge import TORCH_WORK_LIMIT
 from kgen.judge.static_checks import FORBIDDEN_NAMES, check_source
 from kgen.problems.problem import load_problem
 from kgen.proposers.prompt_facts import INTERPRETER_FACTS, free_torch_ops

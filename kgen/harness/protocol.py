@@ -1,6 +1,6 @@
 """The link between the judge and a sandboxed process: one Unix socket, framed JSON, shared buffers.
 
-    judge (kgen.judge.judge)  ── socketpair ──  runner / compile step (kgen.harness.*), inside bubblewrap
+    judge (kgen.judge)  ── socketpair ──  runner / compile step (kgen.harness.*), inside bubblewrap
 
 Frames are a 4-byte big-endian length and a UTF-8 JSON object with a "type"; file descriptors (the
 shared buffer) travel beside a frame as SCM_RIGHTS. The judge reads every frame with a size limit and

@@ -1,4 +1,4 @@
-"""The runner: `python -m kgen.harness.runner FD`, started in the sandbox by the judge (kgen.judge.judge).
+"""The runner: `python -m kgen.harness.runner FD`, started in the sandbox by the judge (kgen.judge).
 
 The only process that runs the candidate's forward for its verdict. It holds nothing worth
 stealing: no reference outputs, no key, no verdict type. It receives its inputs in the arena the

@@ -1,6 +1,6 @@
 """Timing of trusted code (the baselines: the reference eager and under torch.compile), on the GPU.
 
-Conditions match what the judge gives a candidate (kgen.judge.judge.Judge.timing): fresh inputs drawn
+Conditions match what the judge gives a candidate (kgen.judge.timing): fresh inputs drawn
 before every run, outside the timed region; L2 flushed (a 256 MB write) before every run; a GPU-side
 wait before the start event, so the window holds the GPU's work and not the host's launch latency
 (kgen.harness.runner.Runner.timed says why); CUDA events around the call, then a device-wide

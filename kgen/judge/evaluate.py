@@ -87,7 +87,7 @@ def _versions() -> dict[str, Optional[str]]:
 def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings,
                        spares: Any = None) -> EvalResult:
     """Compile, check, verify and (on a GPU) time one candidate against `problem`. `spares`
-    (kgen.judge.judge.SpareRunners) keeps a started sandbox ready for the next call."""
+    (kgen.judge.spares.SpareRunners) keeps a started sandbox ready for the next call."""
     started = time.monotonic()
     problem = _problem(problem, settings)
     if not isinstance(source, str):
@@ -102,7 +102,8 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
         result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
         result.eval_s = time.monotonic() - started
         return result
-    from kgen.judge.judge import HarnessFault, Judge
+    from kgen.judge.judge import Judge
+    from kgen.judge.verdict import HarnessFault
 
     try:
         sent = Judge(problem, source, verdict.language, settings, mode, spares).run()
@@ -152,7 +153,7 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
         result.eval_s = static_s
         result.details["breakdown"] = {"static_s": static_s}
         return result
-    from kgen.judge.judge import SpareRunners, spare_key
+    from kgen.judge.spares import SpareRunners, spare_key
 
     device = _check_device(settings.device)
     mode = sandbox_mode(settings)
@@ -256,7 +257,8 @@ def prebuild(problem: Union[str, Problem], source: str, settings: EvalSettings,
         return result
     if verdict.language != "cuda":
         return None
-    from kgen.judge.judge import HarnessFault, prebuild_cuda
+    from kgen.judge.judge import prebuild_cuda
+    from kgen.judge.verdict import HarnessFault
 
     try:
         outcome, message, builds = prebuild_cuda(problem, source, settings, sandbox_mode(settings))

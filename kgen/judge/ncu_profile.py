@@ -249,8 +249,11 @@ def profile_candidate(problem, source: str, settings: EvalSettings, budget_s: fl
     """Profile `source` (already evaluated correct here, so its builds exist) under Nsight Compute in
     the sandbox; the parsed profile, or {"error": why}. Raises NcuUnavailable when no candidate could
     ever be profiled here."""
+    from kgen.judge.builds import builds_root
     from kgen.judge.evaluate import detect_language, sandbox_mode
-    from kgen.judge.judge import HarnessFault, Judge, Verdict, builds_root, start_process
+    from kgen.judge.judge import Judge
+    from kgen.judge.spares import start_process
+    from kgen.judge.verdict import HarnessFault, Verdict
 
     if settings.device == "cpu":
         raise NcuUnavailable("no GPU here")

@@ -1,8 +1,8 @@
 """`kgen export --aot`: the exported module carries the kernels the judge compiled for it.
 
 Where they come from. The export re-verifies the exported module's own text through the judge on this
-machine's GPU (kgen.outputs.export). The judge's compile step (kgen.judge.judge, in the sandbox) imports that text
-and calls it once, so Triton compiles its kernels into a private cache and `load_inline`/`load` build
+machine's GPU (kgen.outputs.export). The judge's compile step (kgen.judge.compile_step, in the sandbox) imports
+that text and calls it once, so Triton compiles its kernels into a private cache and `load_inline`/`load` build
 its CUDA extensions; it publishes both to the text's build directory (`builds_root() / build_key`, with
 `triton/`, a Triton cache directory, and `cuda/`, the extension builds), from which the verified run
 then loaded them. This module packs what a cache hit needs from there and appends it to the module:

@@ -710,8 +710,8 @@ def _aot_payload(result, language: str):
     (kgen.outputs.aot), for this GPU and the versions the verified run had."""
     import torch
 
+    from kgen.judge.builds import builds_root
     from kgen.judge.evaluate import _versions
-    from kgen.judge.judge import builds_root
     from kgen.outputs import aot
 
     key = result.details.get("build_key")

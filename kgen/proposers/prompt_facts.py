@@ -96,7 +96,7 @@ def free_torch_ops() -> list[str]:
 
 def judge_facts() -> dict[str, Any]:
     """The numbers of the judge's rules that the prompt quotes."""
-    from kgen.judge.judge import TORCH_WORK_LIMIT
+    from kgen.judge.audit import TORCH_WORK_LIMIT
 
     settings = EvalSettings()
     return {"trials": max(int(settings.trials), 5), "last_trial_scale": 100, "torch_work_limit_pct":

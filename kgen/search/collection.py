@@ -355,8 +355,8 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
               stages, device, progress: CollectionProgress) -> None:
     """Every entry of the run not evaluated yet through the compile and timing stages, each result
     stored as it arrives."""
-    from kgen.store import baselines as kgen_baselines
     from kgen.search.workers import Job, problem_ref
+    from kgen.store import baselines as kgen_baselines
 
     candidates = _candidates(db, run_id)
     done_ids = queries.evaluated_candidate_ids(db, run_id)

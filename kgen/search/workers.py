@@ -97,7 +97,8 @@ class _Evaluator:
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
-        self.spares = None  # kgen.judge.judge.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self.spares = None
         self._stopped = None  # the spares' paused() context while the search times its baselines
 
     def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
@@ -106,7 +107,7 @@ class _Evaluator:
         import ray
 
         from kgen.judge.evaluate import evaluate_candidate, sandbox_mode
-        from kgen.judge.judge import SpareRunners
+        from kgen.judge.spares import SpareRunners
 
         mode = sandbox_mode(settings)
         if self.spares is None or self.spares.mode is not mode:
@@ -132,7 +133,7 @@ class _Evaluator:
         them make their CUDA contexts: they start while the search times its baselines, not when the
         first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
         from kgen.judge.evaluate import sandbox_mode
-        from kgen.judge.judge import SpareRunners
+        from kgen.judge.spares import SpareRunners
 
         mode = sandbox_mode(EvalSettings(sandbox=sandbox))
         if self.spares is None or self.spares.mode is not mode:
@@ -158,7 +159,7 @@ class _Evaluator:
         """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
         import torch
 
-        from kgen.judge.judge import spare_key
+        from kgen.judge.spares import spare_key
 
         return spare_key("cuda") if torch.cuda.is_available() else "cpu"
 
