@@ -71,7 +71,7 @@ HELP_AND_BAD_FLAGS = [["--help"], *([c, "--help"] for c in COMMANDS),
 def test_help_and_bad_flags_import_no_torch_ray_or_sqlalchemy():
     script = (
         "import json, sys\n"
-        "from kgen.cli.app import main\n"
+        "from kgen.cli.main import main\n"
         "out = []\n"
         f"for argv in {HELP_AND_BAD_FLAGS!r}:\n"
         "    try:\n"
@@ -119,7 +119,7 @@ def test_help_answers_within_a_second():
 def test_help_names_values_documents_every_option_and_gives_defaults_once(command):
     from typer.main import get_command
 
-    from kgen.cli.app import app
+    from kgen.cli.main import app
 
     click_command = get_command(app).commands[command]
     text = run_kgen(command, "--help", env={"COLUMNS": "100"}).stdout
@@ -308,7 +308,7 @@ def test_show_prompt_prints_the_stored_chat_and_reply(board_db):
 
 
 def test_bench_problems_take_space_and_comma_separated_lists():
-    from kgen.cli.app import expand_list_options
+    from kgen.cli.main import expand_list_options
     from kgen.outputs.bench import DEFAULT_PROBLEMS, parse_problems
 
     assert expand_list_options(["bench", "--problems", "softmax", "matmul,conv2d", "--rounds", "1"]) == [

@@ -309,7 +309,7 @@ def test_a_static_reject_starts_nothing_not_even_torch(tmp_path):
     """Rejected before anything touches a GPU: no torch imported, no DB opened for baselines, no sandbox,
     even with --device cuda on a machine that has none (the device is never looked at)."""
     db = tmp_path / "results.db"
-    script = ("import json, sys\nfrom kgen.cli.app import evaluate_file\n"
+    script = ("import json, sys\nfrom kgen.cli.evaluate import evaluate_file\n"
               f"problem, result = evaluate_file('softmax', {str(CANDIDATES / 'no_kernel.py')!r}, device='cuda', "
               f"db={str(db)!r})\n"
               "print(json.dumps([result.outcome, problem.name, 'torch' in sys.modules, result.details['breakdown']]))")

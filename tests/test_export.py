@@ -234,7 +234,7 @@ def _fake_gpu(monkeypatch, outcome: str, message: str = "", max_abs_err=None) ->
 
 def test_on_a_gpu_a_candidate_the_judge_no_longer_passes_is_refused_and_nothing_written(results, out_dir,
                                                                                       monkeypatch, capsys):
-    from kgen.cli.app import main
+    from kgen.cli.main import main
 
     path, ids = results
     asked = _fake_gpu(monkeypatch, "incorrect", "output: 3 of 268435456 elements off\nworst at (7, 12)")
@@ -253,7 +253,7 @@ def test_on_a_gpu_a_candidate_the_judge_no_longer_passes_is_refused_and_nothing_
 
 def test_on_a_gpu_a_candidate_still_correct_is_exported_with_what_the_judge_found(results, out_dir, monkeypatch,
                                                                                 capsys):
-    from kgen.cli.app import main
+    from kgen.cli.main import main
 
     path, ids = results
     asked = _fake_gpu(monkeypatch, "correct", max_abs_err=2.5e-7)

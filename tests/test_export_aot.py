@@ -210,7 +210,7 @@ def test_aot_module_carries_the_kernels_compiled_from_its_own_text_and_a_fresh_i
     manager, and compiling the module's kernel there is a cache hit."""
     import triton
 
-    from kgen.cli.app import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     verified: list[str] = []
@@ -284,7 +284,7 @@ def test_the_written_module_without_its_payload_is_a_cache_miss_so_the_hit_above
         tmp_path, out_dir, monkeypatch):
     """The control for the test above: the same module with its checksum removed installs nothing, and
     the same compile in a fresh Python is then a miss."""
-    from kgen.cli.app import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     _mock_gpu(monkeypatch, _compiling_judge(tmp_path, []))
@@ -363,7 +363,7 @@ def test_a_build_directory_without_the_modules_kernels_is_refused_in_one_line(tm
                                                                               capsys):
     """The GPU and the judge are mocked: the judge says it compiled into a build directory that holds only
     kgen's own warm-up kernel (then: none at all, then: no build directory named)."""
-    from kgen.cli.app import main
+    from kgen.cli.main import main
     from kgen.judge.builds import builds_root
 
     db, cid = _softmax_candidate(tmp_path)
@@ -385,7 +385,7 @@ def test_a_build_directory_without_the_modules_kernels_is_refused_in_one_line(tm
 
 
 def test_a_module_the_judge_finds_wrong_is_refused_as_the_exported_module(tmp_path, out_dir, monkeypatch, capsys):
-    from kgen.cli.app import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     _mock_gpu(monkeypatch, lambda problem, text: EvalResult(outcome="incorrect", message="trial 2 of 5: off",

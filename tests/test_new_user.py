@@ -183,7 +183,7 @@ def test_show_piped_prints_the_source_as_stored(results):
 def test_help_lists_every_commands_summary_in_full():
     from typer.main import get_command
 
-    from kgen.cli.app import app
+    from kgen.cli.main import app
 
     r = run_kgen("--help", env={"COLUMNS": "80"})
     listing = r.stdout.split("Commands:")[1]

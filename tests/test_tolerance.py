@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kgen.cli.app import eval_lines
+from kgen.cli.evaluate import eval_lines
 from kgen.core.records import EvalResult
 from kgen.judge import verify
 from kgen.problems.problem import load_problem
