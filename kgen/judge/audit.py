@@ -21,8 +21,8 @@ TORCH_WORK_LIMIT = 0.5  # torch may do less than half the reference's work, and 
 
 
 class Audits:
-    """The Judge's audits (kgen.judge.judge.Judge mixes this in: it uses the Judge's evidence, receive,
-    check_outputs and write_inputs)."""
+    """The Judge's audits: a part of kgen.judge.judge.Judge, which mixes it in (it uses the Judge's state and
+    its receive, make, write_inputs and check_outputs)."""
 
     def ablation(self, slot: RunnerSlot, trials: list[Trial], ablated: str) -> None:
         """The candidate with its Triton kernels' bodies removed, first in a fresh runner: if its output

@@ -25,8 +25,8 @@ from kgen.problems.problem import on_device
 
 
 class CompileSteps:
-    """The Judge's builds (kgen.judge.judge.Judge mixes this in: it uses the Judge's settings, evidence, arena,
-    and its take, started and receive)."""
+    """The Judge's builds: a part of kgen.judge.judge.Judge, which mixes it in (it uses the Judge's state and
+    its make_arena, take, started, receive and close)."""
 
     def build_env(self) -> dict[str, str]:
         from kgen.harness.cuda_build import pch_env

@@ -45,8 +45,8 @@ DRIFT_SLACK_MS = 0.25
 
 
 class TimedRuns:
-    """The Judge's timing (kgen.judge.judge.Judge mixes this in: it uses the Judge's settings, evidence,
-    references, check_outputs and judge_work)."""
+    """The Judge's timing of a candidate that passed its trials: a part of kgen.judge.judge.Judge, which mixes
+    it in (it uses the Judge's state and its references, check_outputs, inputs_unchanged and judge_work)."""
 
     def timing(self, slot: RunnerSlot, watch: Stopwatch) -> dict[str, Any]:
         """Time the candidate: fresh inputs for every run, drawn and written by the judge; L2 flushed by
