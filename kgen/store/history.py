@@ -38,7 +38,7 @@ class History:
     ties: dict[int, int] = field(default_factory=dict)  # id in best -> best[0]'s id, where within timing noise
     failures: list[ScoredCandidate] = field(default_factory=list)  # newest first, messages trimmed, all with source
     ideas_that_worked: list[str] = field(default_factory=list)
-    tried_hashes: set[str] = field(default_factory=set)  # store.normalized_source_hash of every proposed source
+    tried_hashes: set[str] = field(default_factory=set)  # queries.normalized_source_hash of every proposed source
     parent_ids: set[int] = field(default_factory=set)  # candidates that already have a child (a failure: repaired)
     out_of_resources: list[str] = field(default_factory=list)  # sources that failed for lack of shared memory etc.
     correct_count: int = 0
