@@ -32,9 +32,9 @@ echo "kgen eval exit code $rc (124/130: stopped at ${limit} s; the run resumes w
 python3 - "$KGEN_DB" "$started" "$ended" "$gpus" "$OUT" <<'PY' | tee -a "$OUT/figures.txt"
 import sys
 
-from kgen.collection import entry_results
-from kgen.collection_summary import render, summarize
-from kgen.db import open_db, runs
+from kgen.search.collection import entry_results
+from kgen.search.collection_summary import render, summarize
+from kgen.store.db import open_db, runs
 
 db, started, ended, gpus, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 database = open_db(db, read_only=True)

@@ -1,7 +1,7 @@
 """How long kgen's compile stage takes to build CUDA candidates: cold (nothing of the candidate
 built yet) and warm (the same source again), without and with kgen's precompiled torch/extension.h.
 
-Each build goes through `kgen.evaluate.prebuild`, the CPU compile stage a search runs: static checks,
+Each build goes through `kgen.judge.evaluate.prebuild`, the CPU compile stage a search runs: static checks,
 the sandboxed compile step (bubblewrap; `--no-sandbox` without it), kgen's builder with its
 architecture rewrite (one gencode for the target, no PTX). With torch+CUDA (the H100 box) that is a
 real `load_inline` build (ninja, nvcc, the C++ compiler, the link); with a CPU torch it is kgen's
@@ -48,7 +48,7 @@ def clear_builds(cache: Path) -> None:
 
 
 def build_once(problem: str, source: str, settings) -> dict:
-    from kgen.evaluate import prebuild
+    from kgen.judge.evaluate import prebuild
 
     info: dict = {}
     started = time.monotonic()
@@ -74,8 +74,8 @@ def main() -> int:
     os.environ["KGEN_CACHE_DIR"] = str(cache)
     import torch
 
+    from kgen.core.records import EvalSettings
     from kgen.harness import cuda_build
-    from kgen.records import EvalSettings
 
     arch = args.arch or (f"{torch.cuda.get_device_capability()[0]}.{torch.cuda.get_device_capability()[1]}"
                          if torch.cuda.is_available() else "9.0")

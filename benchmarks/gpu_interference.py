@@ -1,11 +1,11 @@
 """Is a timing on one GPU disturbed by work on another GPU of the same host (issue 27)? The same starter
-through the judge (kgen.evaluate.evaluate_candidate, sandboxed, full size) on cuda:0, alone, then while a
+through the judge (kgen.judge.evaluate.evaluate_candidate, sandboxed, full size) on cuda:0, alone, then while a
 second process keeps cuda:1 busy (fp32 matmuls back to back), alternating, `--repeats` times each.
 
     python benchmarks/gpu_interference.py [--problem softmax] [--starter triton_row_in_registers.py] [--repeats 3]
 
 Prints each evaluation's median and the two conditions' medians, and whether they differ by more than the
-promotion noise (kgen.promotion: 3%). Needs two GPUs; exits 2 with one line otherwise.
+promotion noise (kgen.store.promotion: 3%). Needs two GPUs; exits 2 with one line otherwise.
 """
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def main() -> int:
     if torch.cuda.device_count() < 2:
         print(f"gpu_interference: {torch.cuda.device_count()} GPU(s) here; it needs two", file=sys.stderr)
         return 2
-    from kgen.evaluate import evaluate_candidate
-    from kgen.judge import SpareRunners
-    from kgen.records import EvalSettings
-    from kgen.sandbox import SandboxMode
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     source = (ROOT / "problems" / "starters" / args.problem / args.starter).read_text()
     settings = EvalSettings(device="cuda:0", size="full", timeout_s=300, sandbox=str(SandboxMode.BWRAP))

@@ -4,7 +4,7 @@
 
 Under one deadline, in this order (each evaluation is appended to DIR/judge_clock.jsonl as it ends, so a
 cut-off call keeps what it did):
-1. the CUDA starters' extensions built in parallel on the CPU (kgen.evaluate.prebuild), so the GPU's
+1. the CUDA starters' extensions built in parallel on the CPU (kgen.judge.evaluate.prebuild), so the GPU's
    compile steps find them;
 2. the class-8 attacks (tests/attacks/c8_*): the four an identity check catches, full size, then the clock
    matrix (tests/attack_expectations.CLOCK_MATRIX: ctypes-rewritten elapsed_time and a re-recorded start
@@ -50,10 +50,11 @@ def main() -> None:
     import torch
     from attack_expectations import CLOCK_MATRIX, GPU_EXPECTED, shave_must_be_caught, shave_variant
 
-    from kgen.evaluate import evaluate_candidate, prebuild
-    from kgen.judge import CLOCK_FLOOR_MS, SpareRunners
-    from kgen.records import EvalSettings
-    from kgen.sandbox import SandboxMode, check_sandbox
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate, prebuild
+    from kgen.judge.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.spares import SpareRunners
+    from kgen.judge.timing import CLOCK_FLOOR_MS
 
     if not torch.cuda.is_available():
         print("SKIP: no CUDA GPU here", flush=True)
@@ -167,8 +168,8 @@ def _report(rows: list[dict], out: Path, device: str, torch_version: str, wall_s
                       f"largest gap/threshold {worst['gap_ms'] / worst['threshold_ms']:.2f} ({worst['label']}, "
                       f"{worst['size']}: gap {_num(worst['gap_ms'])} ms, threshold {_num(worst['threshold_ms'])} ms)"]
         top = max(r["gap_ms"] for r in honest)
-        lines.append(f"largest honest gap {top:.4g} ms (kgen.judge.CLOCK_FLOOR_MS is {_floor()} ms; above 1.5x the "
-                     "largest honest gap keeps honest runs clear, below the smallest shave meant to be caught)")
+        lines.append(f"largest honest gap {top:.4g} ms (kgen.judge.timing.CLOCK_FLOOR_MS is {_floor()} ms; above 1.5x "
+                     "the largest honest gap keeps honest runs clear, below the smallest shave meant to be caught)")
         firsts = [(r["null_first_median_ms"], r["null_second_median_ms"]) for r in honest
                   if r["null_first_median_ms"] is not None and r["null_second_median_ms"] is not None]
         if firsts:
@@ -189,7 +190,7 @@ def _mismatch(row: dict) -> bool:
 
 
 def _floor() -> float:
-    from kgen.judge import CLOCK_FLOOR_MS
+    from kgen.judge.timing import CLOCK_FLOOR_MS
 
     return CLOCK_FLOOR_MS
 

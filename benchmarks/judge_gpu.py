@@ -40,11 +40,11 @@ def main() -> None:
 
     import torch
 
-    from kgen.evaluate import evaluate_candidate
-    from kgen.judge import SpareRunners
-    from kgen.problems import load_problem
-    from kgen.records import EvalSettings
-    from kgen.sandbox import SandboxMode, check_sandbox
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+    from kgen.judge.sandbox import SandboxMode, check_sandbox
+    from kgen.judge.spares import SpareRunners
+    from kgen.problems.problem import load_problem
 
     mode = SandboxMode.NONE if args.no_sandbox else SandboxMode.BWRAP
     check_sandbox(mode)

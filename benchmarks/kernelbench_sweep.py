@@ -10,7 +10,7 @@ figures at both, then the reference built and run on the CPU at the small size. 
     prints as one line with exit 2, or an unexpected exception, which would be a bug);
   * small_elements: inputs + parameters + outputs at the small size;
   * semantics_kept: the shrink set no constant named like a kernel size, stride, dilation, group or
-    axis (kgen.problems.SEMANTIC_NAME), and the meta-device record of every module attribute and
+    axis (kgen.problems.problem.SEMANTIC_NAME), and the meta-device record of every module attribute and
     operator argument that says what is computed (kernel_size, stride, groups, dim ...) is the same at
     both sizes, so channels that must divide by groups still do;
   * forward_ok, forward_s: the reference forward on the CPU at the small size, finite outputs whose
@@ -42,9 +42,9 @@ def check_one(path: str, device: str = "cpu") -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from kgen.errors import KgenError
-    from kgen.problems import SEMANTIC_NAME, _probe, load_problem
-    from kgen.roofline import compute_roofline, device_ceilings, problem_figures
+    from kgen.core.errors import KgenError
+    from kgen.problems.problem import SEMANTIC_NAME, _probe, load_problem
+    from kgen.problems.roofline import compute_roofline, device_ceilings, problem_figures
 
     ceilings = device_ceilings() if device == "cuda" else None
 

@@ -1,5 +1,5 @@
 """One starter's forward under Nsight Compute, with the sections a kernel writer reads (speed of light,
-compute and memory workload, warp states, occupancy): the detail kgen's own profile line (kgen.ncu_profile)
+compute and memory workload, warp states, occupancy): the detail kgen's own profile line (kgen.judge.ncu_profile)
 condenses. Not sandboxed: for our own starters on the GPU machine only.
 
     ncu --profile-from-start off --section ... python benchmarks/ncu_starter.py PROBLEM STARTER.py
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kgen.problems import load_problem
+from kgen.problems.problem import load_problem
 
 
 def main() -> None:

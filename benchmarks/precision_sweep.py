@@ -8,7 +8,7 @@ Paths are problem files, folders of them, or a .tar.gz holding level*/ folders o
 gets KernelBench as a tarball). Per file, in a worker process of its own (reused from file to file; killed
 and replaced when a file runs past --file-timeout-s, which then counts as `skipped: slow`), the judge's
 trials: model from one seed, inputs from fresh seeds, the last trial's floating inputs ×100
-(kgen.judge.Judge.make_trials); per trial, with kgen's own functions (kgen.verify):
+(kgen.judge.judge.Judge.make_trials); per trial, with kgen's own functions (kgen.judge.verify):
   * ref: the float64 forward, and torch's own forward in the problem's dtype at full precision (TF32
     off), measured against it (own normwise / elementwise error, elements that overflow);
   * fp32: a second forward in the dtype, as a user would run it, judged by kgen's rule (must pass)
@@ -16,7 +16,7 @@ trials: model from one seed, inputs from fresh seeds, the last trial's floating 
   * alt: an honest fp32 computation that sums in another order (`_alt_mode`: matrix products
     accumulated in blocks of K, operators through torch's decompositions; oneDNN off on CPU, cuDNN off
     on CUDA, so convolutions take torch's own im2col + GEMM); its error over torch's own is the
-    evidence for the factor kgen allows (kgen.verify.OWN_ERROR_FACTOR);
+    evidence for the factor kgen allows (kgen.judge.verify.OWN_ERROR_FACTOR);
   * tf32: on CUDA the eager forward with TF32 on (cuBLAS and cuDNN); on CPU emulated: every float32
     input of a matmul, convolution or attention op rounded to TF32's 10-bit mantissa (what TF32 tensor
     cores do), accumulated in fp32;
@@ -117,7 +117,7 @@ def _judged(outs, refs, owns, dtype, rtol):
     """kgen's rule over every output of one forward: (ok, worst normwise, worst elementwise, message)."""
     import torch
 
-    from kgen import verify
+    from kgen.judge import verify
 
     ok, norm, elem, message = True, 0.0, 0.0, ""
     for k, (o, r) in enumerate(zip(outs, refs)):
@@ -141,8 +141,8 @@ def check_one(path: str, device: str, size: str, extras: bool, emit) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from kgen import verify
-    from kgen.problems import load_problem
+    from kgen.judge import verify
+    from kgen.problems.problem import load_problem
 
     row: dict = {"file": path, "level": Path(path).parent.name, "name": Path(path).stem, "status": "error",
                  "error": "", "trials": []}
@@ -220,7 +220,7 @@ def _extras(model, inputs, device: str) -> dict:
     """The other computations of the module docstring, each a function returning the outputs."""
     import torch
 
-    from kgen import verify
+    from kgen.judge import verify
 
     def alt():
         if device == "cuda":
@@ -449,7 +449,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    from kgen.verify import OWN_ERROR_FACTOR
+    from kgen.judge.verify import OWN_ERROR_FACTOR
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("precision_sweep: --device cuda but torch sees no GPU; nothing done", file=sys.stderr)

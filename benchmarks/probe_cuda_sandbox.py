@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kgen.harness import seccomp
-from kgen.sandbox import SandboxMode, SandboxSpec, bwrap_command, sandbox_env
+from kgen.judge.sandbox import SandboxMode, SandboxSpec, bwrap_command, sandbox_env
 
 CODE = "import torch; x = torch.ones(4, device='cuda'); print('ok', float(x.sum()))"
 

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from kgen import sandbox
 from kgen.harness import seccomp  # noqa: F401
+from kgen.judge import sandbox
 
 out = sys.argv[1]
 probe = "/tmp/kgen-probe"
@@ -78,7 +78,7 @@ def attempt(name, wrap, extra, log, env=None, **kw):
 
 if sys.argv[2:] == ["record"]:  # tests/data/ncu_softmax_h100.csv: kgen's own ncu command line, in the sandbox
     from kgen.harness.seccomp import escape_filter_bpf
-    from kgen.ncu_profile import find_ncu, ncu_argv
+    from kgen.judge.ncu_profile import find_ncu, ncu_argv
 
     logdir = "/tmp/kgen-probe-record"
     shutil.rmtree(logdir, ignore_errors=True)

@@ -5,7 +5,7 @@
 For the run (default: the newest): per round, the candidates, the seconds the judge spent in its
 profile phase (details.phases.profile_s: the profiled forward, the Kineto trace, Triton's statistics),
 the GPU-stage seconds (eval_s) and the share; the run's wall time and the profile share of it; the
-Nsight Compute profiles of each round's candidates (kgen.ncu_profile: how many, failed, seconds) and
+Nsight Compute profiles of each round's candidates (kgen.judge.ncu_profile: how many, failed, seconds) and
 their share of the run; the telemetry's throttling flags. `--prompt` renders the propose prompt the
 next round would get from this DB (the real template, history and profiles), the example the README
 shows.
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--prompt", help="write the next round's rendered propose prompt here")
     args = parser.parse_args()
 
-    from kgen.db import Candidate, Evaluation, Run, open_db
+    from kgen.store.db import Candidate, Evaluation, Run, open_db
 
     db = open_db(args.db, create=False)
     with db.reader() as s:
@@ -51,7 +51,7 @@ def main() -> None:
         r["profiled"] += "kernel_profile" in (details or {})
         throttled += bool(((details or {}).get("telemetry") or {}).get("throttled"))
         ncu = (details or {}).get("ncu") or {}
-        if ncu:  # Nsight Compute profiles, attached after the candidate's round (kgen.ncu_profile)
+        if ncu:  # Nsight Compute profiles, attached after the candidate's round (kgen.judge.ncu_profile)
             r["ncu_profiled"] += 1
             r["ncu_failed"] += bool(ncu.get("error"))
             r["ncu_s"] += ncu.get("s") or 0.0
@@ -65,9 +65,9 @@ def main() -> None:
               "throttled_timings": throttled}
     print(json.dumps(report, indent=1))
     if args.prompt:
-        from kgen.history import build_history
-        from kgen.problems import load_problem
-        from kgen.prompts import PromptRenderer, prompt_context
+        from kgen.problems.problem import load_problem
+        from kgen.proposers.prompts import PromptRenderer, prompt_context
+        from kgen.store.history import build_history
 
         problem = load_problem(problem_path, size)
         history = build_history(db, problem, run_id=run.id, device=device)

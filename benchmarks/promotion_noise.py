@@ -1,4 +1,4 @@
-"""How far apart the judge's evaluations of one kernel land on a GPU, against kgen.promotion's rule (a
+"""How far apart the judge's evaluations of one kernel land on a GPU, against kgen.store.promotion's rule (a
 new best's 95% interval of the median wholly below the best's, and MIN_GAIN faster).
 
     python benchmarks/promotion_noise.py collect RAW.json   # on the GPU: softmax starters, each source
@@ -24,9 +24,9 @@ def sources() -> dict[str, str]:
 
 
 def collect(path: Path) -> None:
-    from kgen.evaluate import evaluate_candidate
-    from kgen.problems import load_problem
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+    from kgen.problems.problem import load_problem
 
     problem = load_problem("softmax", "full")
     settings = EvalSettings(device="cuda", size="full", sandbox="none")
@@ -42,7 +42,7 @@ def collect(path: Path) -> None:
 
 
 def analyze(path: Path) -> None:
-    from kgen.promotion import beats, spread_of, within_noise
+    from kgen.store.promotion import beats, spread_of, within_noise
 
     found = [e for e in json.loads(path.read_text()) if e["runtime_ms"] is not None]
     spreads = [spread_of(e["runtime_ms"], e["samples_ms"] or []) for e in found]

@@ -47,7 +47,7 @@ def _lock_taken(conn, cursor, statement, *args):
     if statement == "BEGIN IMMEDIATE":
         waits.write(f"{time.perf_counter() - conn.info.pop('soak_asked'):.6f}\n")
 
-from kgen.cli import main
+from kgen.cli.main import main
 main()
 """
 

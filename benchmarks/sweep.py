@@ -34,7 +34,7 @@ DEVICE = "cuda" if GPU else "cpu"
 import triton  # noqa: E402
 
 from kgen.harness.runner import copy_weights  # noqa: E402
-from kgen.problems import load_problem, problems_dir  # noqa: E402
+from kgen.problems.problem import load_problem, problems_dir  # noqa: E402
 from kgen.proposers.offline import apply_changes, find_tunables  # noqa: E402
 
 

@@ -10,7 +10,7 @@
 # utilization every 2 s, to see both GPUs busy in the second pass), $OUT/gpus-used.txt (the GPU Ray gave
 # the evaluator of each evaluation, per pass), $OUT/steps.log, $OUT/interference.{txt,json}
 # (benchmarks/gpu_interference.py: one starter's judged median on GPU 0 alone and with GPU 1 busy).
-# bench.md's "GPU use" table gives each GPU's busy share and why it waited (kgen.bench.gpu_use_rows).
+# bench.md's "GPU use" table gives each GPU's busy share and why it waited (kgen.outputs.bench.gpu_use_rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"

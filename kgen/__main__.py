@@ -1,3 +1,3 @@
-from kgen.cli import main
+from kgen.cli.main import main
 
 main()

@@ -175,12 +175,12 @@ def shave_must_be_caught(attack: str, share: float, ms: float, size: str, honest
     half as large again as the clock's floor; by the audit's watched check, a shaved median clearly (3%)
     below the share of the honest run's CUPTI-profiled kernel time (`watched_ms`) the judge allows. The
     re-recorded start event leaves out whole launches: round(share · c) of c."""
-    from kgen.judge import WATCHED_SHARE, WATCHED_SLACK_MS
+    from kgen.judge.audit import WATCHED_SHARE, WATCHED_SLACK_MS
 
     if attack == "c8_rerecord_start":
         share = round(share * CLOCK_CHUNKS[size]) / CLOCK_CHUNKS[size]
     shaved_ms = (1 - share) * honest_ms - ms
     by_watch = (share > 0 or ms > 0) and shaved_ms * 1.03 < WATCHED_SHARE * watched_ms - WATCHED_SLACK_MS
-    from kgen.judge import CLOCK_FLOOR_SHARE
+    from kgen.judge.timing import CLOCK_FLOOR_SHARE
 
     return by_watch or share * honest_ms + ms >= 1.5 * (floor_ms + CLOCK_FLOOR_SHARE * shaved_ms)

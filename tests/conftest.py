@@ -54,7 +54,7 @@ def kgen_cli():
 @pytest.fixture(scope="module")
 def problem():
     """The softmax problem at its small size."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     return load_problem("softmax", "small")
 
@@ -62,7 +62,7 @@ def problem():
 @pytest.fixture
 def db(tmp_path):
     """A fresh SQLite results DB in the test's temp dir."""
-    from kgen.db import open_db
+    from kgen.store.db import open_db
 
     database = open_db(str(tmp_path / "results.db"))
     yield database

@@ -136,8 +136,8 @@ def attack_home(tmp_path_factory):
 
 
 def _evaluate_all(names, device, home):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     def evaluate(name):
         source = (ATTACKS / f"{name}.py").read_text()

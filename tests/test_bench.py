@@ -9,26 +9,26 @@ import time
 
 import pytest
 
-from kgen import store
-from kgen.bench import ThroughputRow, gpu_use_rows, markdown, scaling_rows, throughput_row
-from kgen.db import open_db
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.outputs.bench import ThroughputRow, gpu_use_rows, markdown, scaling_rows, throughput_row
+from kgen.store import queries
+from kgen.store.db import open_db
 
 from conftest import run_kgen
 
 
 def _run_with_gpu_intervals(db, gpus: int, intervals, timing_s: float, window_key: str = "gpu"):
-    run_id = store.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
-                              proposer="offline", model=None, language="any", seed=0, rounds=1,
-                              candidates_per_round=len(intervals), settings={"gpus": gpus}, device="NVIDIA H100")
+    run_id = queries.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
+                                proposer="offline", model=None, language="any", seed=0, rounds=1,
+                                candidates_per_round=len(intervals), settings={"gpus": gpus}, device="NVIDIA H100")
     for i, (start, end) in enumerate(intervals):
-        cid = store.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
-                                 problem="softmax", problem_hash="h")
+        cid = queries.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
+                                   problem="softmax", problem_hash="h")
         window = {"gpu_start": start, "gpu_end": end} if window_key == "gpu" else \
             {"nodes": {"evaluation": {"node_id": "n1", "start": start, "end": end}}}  # the evaluator actor's record
-        store.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, compile_s=2.0 + i,
-                                                 device="NVIDIA H100", size="full",
-                                                 details=dict(window, phases={"timing_s": timing_s})))
+        queries.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, compile_s=2.0 + i,
+                                                   device="NVIDIA H100", size="full",
+                                                   details=dict(window, phases={"timing_s": timing_s})))
     return run_id
 
 
@@ -77,20 +77,20 @@ def test_each_gpus_use_and_why_it_waited(tmp_path):
     nothing to do; GPU 1's gap 14-30: 14-18 compiling, 20-30 GPU 0 busy, 18-20 nothing."""
     db = open_db(str(tmp_path / "bench.db"))
     t0 = time.time()
-    run_id = store.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
-                              proposer="offline", model=None, language="any", seed=0, rounds=1, candidates_per_round=4,
-                              settings={"gpus": 2}, device="NVIDIA H100")
+    run_id = queries.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="h", size="full",
+                                proposer="offline", model=None, language="any", seed=0, rounds=1,
+                                candidates_per_round=4, settings={"gpus": 2}, device="NVIDIA H100")
     work = [("0", 0, 10, {}), ("1", 0, 14, {}), ("0", 20, 30, {"start": t0 + 14, "end": t0 + 18})]
     for i, (gpu, start, end, stage) in enumerate(work):
-        cid = store.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
-                                 problem="softmax", problem_hash="h")
+        cid = queries.add_proposal(db, Proposal(source=f"x = {i}", proposer="offline"), run_id=run_id, round_index=0,
+                                   problem="softmax", problem_hash="h")
         details = {"nodes": {"evaluation": {"node_id": "abcdef0123", "gpus": [gpu], "start": t0 + start,
                                             "end": t0 + end}},
                    "phases": {"timing_s": 1.0, "reference_s": 2.0, "compile_s": 0.5}}
         if stage:
             details["compile_stage"] = stage
-        store.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, device="NVIDIA H100", size="full",
-                                                 details=details))
+        queries.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=1.0, device="NVIDIA H100", size="full",
+                                                   details=details))
     rows = {r.gpu: r for r in gpu_use_rows(db, [run_id], 2)}
     assert set(rows) == {"abcdef01 GPU 0", "abcdef01 GPU 1"}
     g0, g1 = rows["abcdef01 GPU 0"], rows["abcdef01 GPU 1"]

@@ -37,8 +37,8 @@ def test_bad_arguments_give_one_line_and_exit_2(args, needle):
 def test_corrupt_db_file_is_refused_and_untouched(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not sqlite" * 100)
-    from kgen.db import open_db
-    from kgen.errors import KgenError
+    from kgen.core.errors import KgenError
+    from kgen.store.db import open_db
 
     with pytest.raises(KgenError, match="not a SQLite database"):
         open_db(str(bad))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kgen import store
-from kgen.db import open_db
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.store import queries
+from kgen.store.db import open_db
 
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100, build_results_db
@@ -43,15 +43,15 @@ def board_db(tmp_path):
     ids = build_results_db(path)
     db = open_db(str(path))
     try:
-        run = store.create_run(db, problem=KERNELBENCH_NAME, problem_path=f"/kb/{KERNELBENCH_NAME}.py",
-                               problem_hash="h", size="full", proposer="offline", model=None, language="any", seed=0,
-                               rounds=1, candidates_per_round=1, settings={}, device=H100)
-        cid = store.add_proposal(db, Proposal(source="x = 1\n", proposer="offline", language="triton"), run_id=run,
-                                 round_index=0, problem=KERNELBENCH_NAME, problem_hash="h")
-        store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device=H100, size="full",
-                                                 runtime_ms=12.5, eager_ms=20.0, compile_ms=15.0, speedup_eager=1.6,
-                                                 speedup_compile=1.2, roofline_pct=40.0, rtol=1e-5))
-        store.set_run_status(db, run, "finished", rounds_done=1)
+        run = queries.create_run(db, problem=KERNELBENCH_NAME, problem_path=f"/kb/{KERNELBENCH_NAME}.py",
+                                 problem_hash="h", size="full", proposer="offline", model=None, language="any", seed=0,
+                                 rounds=1, candidates_per_round=1, settings={}, device=H100)
+        cid = queries.add_proposal(db, Proposal(source="x = 1\n", proposer="offline", language="triton"), run_id=run,
+                                   round_index=0, problem=KERNELBENCH_NAME, problem_hash="h")
+        queries.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device=H100, size="full",
+                                                   runtime_ms=12.5, eager_ms=20.0, compile_ms=15.0, speedup_eager=1.6,
+                                                   speedup_compile=1.2, roofline_pct=40.0, rtol=1e-5))
+        queries.set_run_status(db, run, "finished", rounds_done=1)
     finally:
         db.close()
     ids["kernelbench"] = cid
@@ -71,7 +71,7 @@ HELP_AND_BAD_FLAGS = [["--help"], *([c, "--help"] for c in COMMANDS),
 def test_help_and_bad_flags_import_no_torch_ray_or_sqlalchemy():
     script = (
         "import json, sys\n"
-        "from kgen.cli import main\n"
+        "from kgen.cli.main import main\n"
         "out = []\n"
         f"for argv in {HELP_AND_BAD_FLAGS!r}:\n"
         "    try:\n"
@@ -119,7 +119,7 @@ def test_help_answers_within_a_second():
 def test_help_names_values_documents_every_option_and_gives_defaults_once(command):
     from typer.main import get_command
 
-    from kgen.cli import app
+    from kgen.cli.main import app
 
     click_command = get_command(app).commands[command]
     text = run_kgen(command, "--help", env={"COLUMNS": "100"}).stdout
@@ -195,7 +195,7 @@ def test_a_run_whose_process_is_gone_gets_a_resume_command_with_its_db(tmp_path)
     path = tmp_path / "other.db"
     build_results_db(path)
     with open_db(str(path)).session() as s:
-        from kgen.db import Run
+        from kgen.store.db import Run
 
         run = s.get(Run, 1)
         run.status = "running"
@@ -256,21 +256,21 @@ class ModelNew(torch.nn.Module):
 
 
 def test_the_export_hint_after_a_search_on_a_kernelbench_file_is_a_command_that_works(tmp_path):
-    from kgen.problems import load_problem
-    from kgen.progress import summary_lines
-    from kgen.search import SearchSummary
+    from kgen.problems.problem import load_problem
+    from kgen.search.loop import SearchSummary
+    from kgen.search.progress import summary_lines
 
     problem_file = tmp_path / "19_ReLU.py"
     problem_file.write_text(KERNELBENCH_RELU)
     problem = load_problem(str(problem_file), "small")
     db = open_db(str(tmp_path / "other.db"))
-    run = store.create_run(db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
-                           size="small", proposer="offline", model=None, language="triton", seed=0, rounds=1,
-                           candidates_per_round=1, settings={}, device="cpu")
-    cid = store.add_proposal(db, Proposal(source=TRITON_RELU, proposer="offline", language="triton"), run_id=run,
-                             round_index=0, problem=problem.name, problem_hash=problem.source_hash)
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
-                                             rtol=1e-5, atol=1e-5))
+    run = queries.create_run(db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
+                             size="small", proposer="offline", model=None, language="triton", seed=0, rounds=1,
+                             candidates_per_round=1, settings={}, device="cpu")
+    cid = queries.add_proposal(db, Proposal(source=TRITON_RELU, proposer="offline", language="triton"), run_id=run,
+                               round_index=0, problem=problem.name, problem_hash=problem.source_hash)
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
+                                               rtol=1e-5, atol=1e-5))
     db.close()
     summary = SearchSummary(run_id=run, status="finished", problem=problem.name, device="cpu", rounds_done=1,
                             rounds_planned=1, candidates=1, correct=1, best_id=cid)
@@ -308,8 +308,8 @@ def test_show_prompt_prints_the_stored_chat_and_reply(board_db):
 
 
 def test_bench_problems_take_space_and_comma_separated_lists():
-    from kgen.bench import DEFAULT_PROBLEMS, parse_problems
-    from kgen.cli import expand_list_options
+    from kgen.cli.main import expand_list_options
+    from kgen.outputs.bench import DEFAULT_PROBLEMS, parse_problems
 
     assert expand_list_options(["bench", "--problems", "softmax", "matmul,conv2d", "--rounds", "1"]) == [
         "bench", "--problems", "softmax", "--problems", "matmul,conv2d", "--rounds", "1"]
@@ -330,7 +330,7 @@ def test_piped_problems_list_is_never_cut():
 def test_number_formatting_is_one_rule():
     import datetime as dt
 
-    from kgen import fmt
+    from kgen.core import fmt
 
     assert [fmt.ms(v) for v in (None, 0.01234, 1.62, 250.55)] == ["-", "0.0123", "1.620", "250.6"]
     assert [fmt.speedup(1.625), fmt.pct(45.66), fmt.tol(1e-5)] == ["1.62x", "45.7%", "1e-05"]
@@ -353,7 +353,7 @@ def test_number_formatting_is_one_rule():
     ("", ""),
 ])
 def test_progress_lines_show_the_first_cause(message, cause):
-    from kgen.progress import first_cause
+    from kgen.search.progress import first_cause
 
     assert first_cause(message) == cause
 
@@ -367,7 +367,7 @@ def test_progress_lines_show_the_first_cause(message, cause):
     ("import torch\nclass ModelNew(torch.nn.Module): pass\n", "unknown"),
 ])
 def test_language_detection_is_one_rule(source, language):
-    from kgen.evaluate import detect_language as public
-    from kgen.static_checks import detect_language
+    from kgen.judge.evaluate import detect_language as public
+    from kgen.judge.static_checks import detect_language
 
     assert detect_language(source) == public(source) == language

@@ -1,4 +1,4 @@
-"""The judge's clock check (kgen.judge.clock_check) on beside-the-events times drawn the way a timing
+"""The judge's clock check (kgen.judge.timing.clock_check) on beside-the-events times drawn the way a timing
 draws them: a round trip with jitter and the occasional slow run (a context switch), for the candidate's
 runs and the interleaved null runs alike. Honest runs are never flagged; a shave of the event time beyond
 the floor is. The GPU figures are benchmarks/judge_clock_gpu.sh's; these pin the arithmetic."""
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kgen.judge import CLOCK_FLOOR_MS, CLOCK_FLOOR_SHARE, clock_check
+from kgen.judge.timing import CLOCK_FLOOR_MS, CLOCK_FLOOR_SHARE, clock_check
 
 
 def beside_times(n: int, rng: random.Random, overhead_ms: float = 0.12, jitter_ms: float = 0.01,

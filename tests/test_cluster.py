@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from kgen.cluster import EVALUATOR_RESOURCE, evaluator_placement
-from kgen.records import EvalResult
+from kgen.core.records import EvalResult
+from kgen.search.cluster import EVALUATOR_RESOURCE, evaluator_placement
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -94,7 +94,7 @@ def test_gpu_nodes_short_of_cpus_share_them_with_evaluators_and_compile_tasks():
 
 
 def test_a_cluster_without_any_cpu_is_one_line_naming_its_nodes():
-    from kgen.errors import KgenError
+    from kgen.core.errors import KgenError
 
     nodes = [_node(CPU=0, kgen_gpu=1), _node(alive=False, CPU=8)]
     with pytest.raises(KgenError) as caught:
@@ -105,8 +105,8 @@ def test_a_cluster_without_any_cpu_is_one_line_naming_its_nodes():
 
 
 def test_workers_load_a_bundled_problem_by_name_and_any_other_by_path(tmp_path):
-    from kgen.problems import resolve_problem_path
-    from kgen.workers import problem_ref
+    from kgen.problems.problem import resolve_problem_path
+    from kgen.search.workers import problem_ref
 
     own = tmp_path / "my_problem.py"
     own.write_text("")
@@ -116,9 +116,9 @@ def test_workers_load_a_bundled_problem_by_name_and_any_other_by_path(tmp_path):
 
 
 def test_a_node_whose_problem_file_differs_from_the_drivers_stops_the_search():
-    from kgen.errors import KgenError
-    from kgen.problems import load_problem
-    from kgen.workers import _load
+    from kgen.core.errors import KgenError
+    from kgen.problems.problem import load_problem
+    from kgen.search.workers import _load
 
     assert _load("softmax", "small", load_problem("softmax", "small").source_hash).name == "softmax"
     with pytest.raises(KgenError, match="differs from the driver's: install the same kgen on every Ray node"):
@@ -155,7 +155,7 @@ class _EvaluatorStandIn:
     def device(self):
         import ray
 
-        from kgen.workers import Device
+        from kgen.search.workers import Device
 
         return Device(name="cpu", cuda_arch=None, node_id=ray.get_runtime_context().get_node_id())
 
@@ -201,9 +201,9 @@ def stages_run(tmp_path_factory) -> StagesRun:
     import ray
     from ray import cloudpickle
 
-    from kgen.cluster import Cluster, Placement
-    from kgen.records import EvalSettings
-    from kgen.workers import Job, Stages
+    from kgen.core.records import EvalSettings
+    from kgen.search.cluster import Cluster, Placement
+    from kgen.search.workers import Job, Stages
 
     class StandInStages(Stages):
         compile_function = staticmethod(_compile_stand_in)
@@ -543,7 +543,7 @@ def test_a_search_whose_work_cannot_be_placed_stops_with_one_line_saying_what_ea
                                                                                               tmp_path):
     """Another job holds every CPU: the search stops after the placement wait (shortened here from a minute)
     with one line naming the nodes and what they lack, and no run is left behind."""
-    from kgen.cluster import PLACEMENT_WAIT_S
+    from kgen.search.cluster import PLACEMENT_WAIT_S
 
     assert PLACEMENT_WAIT_S == 60  # the default: a minute
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, cpu_cluster.address], env=cpu_cluster.env,

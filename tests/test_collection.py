@@ -41,7 +41,7 @@ def kernelbench_checkout(root: Path) -> Path:
 # ---- reading collections ----
 
 def test_a_kernelbench_generations_folder_resolves_level_and_problem_and_keeps_bad_rows(tmp_path):
-    from kgen.collection import load_references, read_collection
+    from kgen.search.collection import load_references, read_collection
 
     kb = kernelbench_checkout(tmp_path / "kb")
     run = tmp_path / "runs" / "my_run"
@@ -71,7 +71,7 @@ def test_a_generations_folder_without_a_kernelbench_checkout_is_bad_input(tmp_pa
 
 
 def test_a_folder_of_pairs_reads_name_and_name_ref_and_keeps_bad_rows(tmp_path):
-    from kgen.collection import load_references, read_collection
+    from kgen.search.collection import load_references, read_collection
 
     shutil.copy(CANDIDATES / "good_triton_softmax.py", tmp_path / "good.py")
     shutil.copy(SOFTMAX, tmp_path / "good_ref.py")
@@ -88,7 +88,7 @@ def test_a_folder_of_pairs_reads_name_and_name_ref_and_keeps_bad_rows(tmp_path):
 
 
 def test_jsonl_rows_take_every_kind_of_reference_and_candidate_and_each_bad_row_says_why(tmp_path):
-    from kgen.collection import load_references, read_collection
+    from kgen.search.collection import load_references, read_collection
 
     kb = kernelbench_checkout(tmp_path / "kb")
     shutil.copy(CANDIDATES / "good_triton_softmax.py", tmp_path / "good.py")
@@ -129,7 +129,7 @@ def test_jsonl_rows_take_every_kind_of_reference_and_candidate_and_each_bad_row_
 # ---- the summary, against figures worked out by hand ----
 
 def hand_results():
-    from kgen.collection_summary import EntryResult
+    from kgen.search.collection_summary import EntryResult
 
     def r(label, problem, sample, outcome, eager=None, compile_=None, **kw):
         return EntryResult(label=label, problem=problem, problem_hash=problem, sample=sample, outcome=outcome,
@@ -149,7 +149,7 @@ def hand_results():
 
 
 def test_the_summary_matches_kernelbench_fast_p_worked_out_by_hand():
-    from kgen.collection_summary import summarize
+    from kgen.search.collection_summary import summarize
 
     s = summarize(hand_results())
     # five problems (A-E); the bad row has none. Sample 0 of each: A correct (2.5x, 1.2x), B correct
@@ -170,7 +170,7 @@ def test_the_summary_matches_kernelbench_fast_p_worked_out_by_hand():
 
 
 def test_untimed_results_give_fast_0_only_and_claims_stay_untimed():
-    from kgen.collection_summary import summarize
+    from kgen.search.collection_summary import summarize
 
     results = hand_results()
     for r in results:
@@ -182,7 +182,7 @@ def test_untimed_results_give_fast_0_only_and_claims_stay_untimed():
 
 
 def test_the_summary_renders_as_table_markdown_json_and_csv():
-    from kgen.collection_summary import render, summarize
+    from kgen.search.collection_summary import render, summarize
 
     results = hand_results()
     s = summarize(results)
@@ -271,7 +271,7 @@ class _GpuStandIn:
     def device(self):
         import ray
 
-        from kgen.workers import Device
+        from kgen.search.workers import Device
 
         return Device(name="Stand-in GPU", cuda_arch="9.0", node_id=ray.get_runtime_context().get_node_id())
 
@@ -280,7 +280,7 @@ class _GpuStandIn:
         return {"eager_ms": 2.0, "compile_ms": 1.0, "settings": {"stand_in": True}}
 
     def evaluate(self, source, settings, problem=None):
-        from kgen.records import EvalResult
+        from kgen.core.records import EvalResult
 
         eager, compiled = settings.baseline_eager_ms, settings.baseline_compile_ms
         return EvalResult(outcome="correct", runtime_ms=0.5, eager_ms=eager, compile_ms=compiled,
@@ -300,11 +300,11 @@ def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_i
     import ray
     from ray import cloudpickle
 
-    from kgen.cluster import Cluster, Placement
-    from kgen.collection import CollectionConfig, CollectionProgress, entry_results, run_collection
-    from kgen.collection_summary import summarize
-    from kgen.db import open_db
-    from kgen.workers import Stages
+    from kgen.search.cluster import Cluster, Placement
+    from kgen.search.collection import CollectionConfig, CollectionProgress, entry_results, run_collection
+    from kgen.search.collection_summary import summarize
+    from kgen.search.workers import Stages
+    from kgen.store.db import open_db
 
     monkeypatch.setattr(Stages, "evaluator_class", _GpuStandIn)
     monkeypatch.setattr(Stages, "compile_function", staticmethod(_compiled_at_once))

@@ -4,10 +4,10 @@ a budget that suits Triton's interpreter, and the prompt does not invite CUDA.""
 import pytest
 import torch
 
-from kgen.history import History
-from kgen.problems import load_problem
-from kgen.prompts import PromptRenderer, prompt_context
-from kgen.search import CPU_CANDIDATES, GPU_CANDIDATES, SearchConfig, no_gpu_note, resolve_defaults
+from kgen.problems.problem import load_problem
+from kgen.proposers.prompts import PromptRenderer, prompt_context
+from kgen.search.loop import CPU_CANDIDATES, GPU_CANDIDATES, SearchConfig, no_gpu_note, resolve_defaults
+from kgen.store.history import History
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the defaults of a machine without a GPU")
 

@@ -1,12 +1,12 @@
 """A CPU `correct` says what it did not audit wherever it is shown: on the CPU, Triton's interpreter runs
 the kernels inside the candidate's own process, so the judge checks the outputs but cannot see who
-computed them (kgen.records.CPU_CORRECT). GPU verdicts read as before. (`kgen eval`'s line:
+computed them (kgen.core.records.CPU_CORRECT). GPU verdicts read as before. (`kgen eval`'s line:
 tests/test_eval_units.py::test_cli_human_summary.)"""
 
 import json
 import re
 
-from kgen.records import CPU_CORRECT, EvalResult, verdict_label
+from kgen.core.records import CPU_CORRECT, EvalResult, verdict_label
 
 from conftest import run_kgen
 
@@ -60,7 +60,7 @@ def test_shows_lineage_tree_says_it_of_a_cpu_parent(results):
 def test_an_untimed_collection_summary_says_it_of_its_correct_entries():
     from test_collection import hand_results
 
-    from kgen.collection_summary import render, summarize
+    from kgen.search.collection_summary import render, summarize
 
     results = hand_results()
     untimed = render(summarize(results, timed=False), results)
@@ -69,8 +69,8 @@ def test_an_untimed_collection_summary_says_it_of_its_correct_entries():
 
 
 def test_the_report_says_it_under_a_board_with_cpu_rows(results, tmp_path):
-    from kgen.db import open_db
-    from kgen.report import write_report
+    from kgen.outputs.report import write_report
+    from kgen.store.db import open_db
 
     path, _ = results
     db = open_db(str(path))
@@ -82,7 +82,7 @@ def test_the_report_says_it_under_a_board_with_cpu_rows(results, tmp_path):
 
 
 def test_the_search_progress_line_says_it():
-    from kgen.progress import describe
+    from kgen.search.progress import describe
 
     result = EvalResult(outcome="correct", device="cpu")
     assert describe(result) == CPU_CORRECT

@@ -113,8 +113,8 @@ def cache_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def results(cache_home):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     runs = {"pinned_flags": ("pinned_flags", None), "needs_sm90a@8.0": ("needs_sm90a", "8.0"),
             "needs_sm90a@9.0": ("needs_sm90a", "9.0")}
@@ -179,7 +179,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch_scale", &launch_scale);
 
 @needs_nvcc
 def test_the_build_notes_are_what_kgen_show_prints(results):
-    from kgen.fmt import build_notes
+    from kgen.core.fmt import build_notes
 
     shown = build_notes(results["pinned_flags"].details)
     assert "-arch=sm_70" in shown and "replaced by sm_90a" in shown and "TORCH_CUDA_ARCH_LIST=7.0 ignored" in shown

@@ -108,8 +108,8 @@ def test_two_builds_of_a_binding_with_the_pch_give_working_extensions(pch_home, 
 
 @needs_gcc
 def test_a_candidate_cannot_write_the_pch(pch_home, monkeypatch):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     home, made = pch_home
     monkeypatch.setenv("KGEN_CACHE_DIR", str(home / "cache"))  # the judge names this PCH root to the sandbox

@@ -9,31 +9,31 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from kgen import store
-from kgen.db import SCHEMA_VERSION, Candidate, Evaluation, LLMCall, Meta, db_url, mask_url, open_db
-from kgen.errors import KgenError
-from kgen.records import EvalResult, Proposal
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, Proposal
+from kgen.store import queries
+from kgen.store.db import SCHEMA_VERSION, Candidate, Evaluation, LLMCall, Meta, db_url, mask_url, open_db
 
 
 def _run(db):
-    return store.create_run(db, problem="softmax", problem_path="/p/softmax.py", problem_hash="abc", size="small",
-                            proposer="offline", model=None, language="any", seed=3, rounds=2,
-                            candidates_per_round=4, settings={"timeout_s": 60}, device="cpu")
+    return queries.create_run(db, problem="softmax", problem_path="/p/softmax.py", problem_hash="abc", size="small",
+                              proposer="offline", model=None, language="any", seed=3, rounds=2,
+                              candidates_per_round=4, settings={"timeout_s": 60}, device="cpu")
 
 
 def _propose(db, run_id, round_index, **fields):
     proposal = Proposal(source=fields.pop("source", "class ModelNew: pass\n"), proposer="offline", language="triton",
                         **fields)
-    return store.add_proposal(db, proposal, run_id=run_id, round_index=round_index, problem="softmax",
-                              problem_hash="abc")
+    return queries.add_proposal(db, proposal, run_id=run_id, round_index=round_index, problem="softmax",
+                                problem_hash="abc")
 
 
 def test_round_trip_survives_reopening(any_db):
     db = open_db(any_db)
     run_id = _run(db)
     cid = _propose(db, run_id, 0, idea="bigger blocks")
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.8, speedup_eager=1.7, rtol=1e-5,
-                                             device="NVIDIA H100", size="full", torch_ops=["aten.mm"]))
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.8, speedup_eager=1.7, rtol=1e-5,
+                                               device="NVIDIA H100", size="full", torch_ops=["aten.mm"]))
     db.close()
 
     db = open_db(any_db, read_only=True)
@@ -44,7 +44,7 @@ def test_round_trip_survives_reopening(any_db):
         ev = cand.evaluations[0]
         assert (ev.outcome, ev.runtime_ms, ev.speedup_eager, ev.torch_ops) == ("correct", 0.8, 1.7, ["aten.mm"])
         assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
-    assert [c.id for c in store.correct_candidates(db, problem_hash="abc")] == [cid]
+    assert [c.id for c in queries.correct_candidates(db, problem_hash="abc")] == [cid]
     db.close()
 
 
@@ -64,16 +64,16 @@ def test_rounds_are_stored_from_one(any_db):
         assert [(c.id, c.round) for c in s.scalars(select(Candidate).order_by(Candidate.id))] == [(first, 1),
                                                                                                  (second, 2)]
         assert [call.round for call in s.scalars(select(LLMCall))] == [1]
-    assert store.round_candidates(db, run_id, 0) == [(first, "class ModelNew: pass\n")]
+    assert queries.round_candidates(db, run_id, 0) == [(first, "class ModelNew: pass\n")]
 
 
 def test_the_sandbox_kind_is_stored_from_the_evaluation_details(any_db):
     db = open_db(any_db)
     run_id = _run(db)
     sandboxed, plain = _propose(db, run_id, 0), _propose(db, run_id, 0, source="class ModelNew: y = 1\n")
-    store.add_evaluation(db, sandboxed, EvalResult(outcome="correct", device="cpu", size="small",
-                                                   details={"sandbox": {"kind": "bwrap", "network": False}}))
-    store.add_evaluation(db, plain, EvalResult(outcome="correct", device="cpu", size="small", details={}))
+    queries.add_evaluation(db, sandboxed, EvalResult(outcome="correct", device="cpu", size="small",
+                                                     details={"sandbox": {"kind": "bwrap", "network": False}}))
+    queries.add_evaluation(db, plain, EvalResult(outcome="correct", device="cpu", size="small", details={}))
     with db.reader() as s:
         assert dict(s.execute(select(Evaluation.candidate_id, Evaluation.sandbox)).all()) == {sandboxed: "bwrap",
                                                                                        plain: None}
@@ -89,8 +89,8 @@ def test_a_nul_character_in_a_message_does_not_stop_the_store(any_db):
     # a candidate's output, which ends up in messages, can hold NULs; PostgreSQL's text cannot
     db = open_db(any_db)
     cid = _propose(db, _run(db), 0)
-    store.add_evaluation(db, cid, EvalResult(outcome="runtime_error", device="cpu", size="small",
-                                             message="printed \x00 then crashed"))
+    queries.add_evaluation(db, cid, EvalResult(outcome="runtime_error", device="cpu", size="small",
+                                               message="printed \x00 then crashed"))
     kept = "printed \ufffd then crashed" if any_db.startswith("postgresql") else "printed \x00 then crashed"
     with db.reader() as s:
         assert s.scalars(select(Evaluation.message)).one() == kept

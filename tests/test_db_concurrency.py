@@ -10,23 +10,23 @@ import pytest
 from sqlalchemy import create_engine, text
 from test_db_migrations import schema_1_db, upgrade_to
 
-from kgen.db import SCHEMA_VERSION, db_url
+from kgen.store.db import SCHEMA_VERSION, db_url
 
 PROCESSES = 8
 
 # Each process imports kgen, says it is ready, waits for the go file, then opens the DB and stores a run.
 OPENER = """
 import json, os, sys, time
-from kgen import store
-from kgen.db import open_db
+from kgen.store import queries
+from kgen.store.db import open_db
 url, go = sys.argv[1], sys.argv[2]
 print("ready", flush=True)
 while not os.path.exists(go):
     time.sleep(0.002)
 db = open_db(url)
-run_id = store.create_run(db, problem="softmax", problem_path="/p", problem_hash="h", size="small", proposer="offline",
-                          model=None, language="triton", seed=0, rounds=1, candidates_per_round=1, settings={},
-                          device="cpu")
+run_id = queries.create_run(db, problem="softmax", problem_path="/p", problem_hash="h", size="small",
+                            proposer="offline", model=None, language="triton", seed=0, rounds=1,
+                            candidates_per_round=1, settings={}, device="cpu")
 print(json.dumps({"upgraded_from": db.upgraded_from, "run_id": run_id}), flush=True)
 """
 

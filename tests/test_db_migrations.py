@@ -14,8 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 
-from kgen import leaderboard
-from kgen.db import MIGRATIONS_DIR, SCHEMA_VERSION, Base, db_url, open_db
+from kgen.store import leaderboard
+from kgen.store.db import MIGRATIONS_DIR, SCHEMA_VERSION, Base, db_url, open_db
 
 from conftest import run_kgen
 

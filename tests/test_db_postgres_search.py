@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from kgen.db import db_url
+from kgen.store.db import db_url
 
 from conftest import run_kgen
 from pg_server import PG_PASSWORD, PgServer, free_port

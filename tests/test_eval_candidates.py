@@ -88,8 +88,8 @@ def eval_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def api_results(eval_home):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     def evaluate(name):
         source = (CANDIDATES / f"{name}.py").read_text()
@@ -198,8 +198,8 @@ def test_compile_errors_are_trimmed_for_the_llm(api_results):
 
 
 def test_low_precision_passes_a_loose_rtol(eval_home):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     source = (CANDIDATES / "low_precision.py").read_text()
     result = evaluate_candidate("softmax", source, EvalSettings(device="cpu", size="small", rtol=1e-2))
@@ -209,8 +209,8 @@ def test_low_precision_passes_a_loose_rtol(eval_home):
 
 def test_starter_kernels_are_correct_on_cpu(eval_home):
     """The Triton starters of every problem (the known-good candidates) evaluate correct."""
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     starters = sorted((REPO / "problems" / "starters").glob("*/triton_*.py"))
     if not starters:

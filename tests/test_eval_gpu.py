@@ -45,10 +45,10 @@ GPU_EXPECTED = {
 
 @pytest.fixture(scope="module")
 def gpu_results():
-    from kgen.evaluate import evaluate_candidate
-    from kgen.judge import SpareRunners
-    from kgen.records import EvalSettings
-    from kgen.sandbox import SandboxMode
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     spares = SpareRunners(SandboxMode.BWRAP)  # started sandboxes kept ready, as a search's evaluator keeps them
 
@@ -76,7 +76,7 @@ def test_correct_candidates_are_timed_on_the_gpu(gpu_results):
         timing = result.details["timing"]
         assert timing["runs"] >= 20 and timing["checked_runs"] >= 1
         # the judge's clock agrees: nothing beyond the overhead of a runner that does nothing, within the noise
-        # measured in this timing (kgen.judge.clock_check). Below zero is harmless
+        # measured in this timing (kgen.judge.timing.clock_check). Below zero is harmless
         assert -0.3 < timing["clock_gap_ms"] < timing["clock_threshold_ms"], timing
         assert result.device != "cpu"
         kernels = result.details["gpu_kernels"]
@@ -90,9 +90,9 @@ def test_patched_timing_is_named(gpu_results):
 
 
 def test_correct_candidates_carry_a_kernel_profile_and_gpu_telemetry(gpu_results):
-    """What the next round's prompt is shown (kgen.kernel_profile) and the GPU's state around the
-    timing (kgen.telemetry, through NVML): recorded for real on this GPU."""
-    from kgen import kernel_profile
+    """What the next round's prompt is shown (kgen.judge.kernel_profile) and the GPU's state around the
+    timing (kgen.judge.telemetry, through NVML): recorded for real on this GPU."""
+    from kgen.judge import kernel_profile
 
     for name, language in (("good_triton_softmax", "triton"), ("cuda_light_softmax", "cuda")):
         details = gpu_results[name].details
@@ -111,11 +111,11 @@ def test_correct_candidates_carry_a_kernel_profile_and_gpu_telemetry(gpu_results
 
 @pytest.mark.parametrize("name", ["good_triton_softmax", "cuda_light_softmax"])
 def test_nsight_compute_profiles_a_correct_candidate_inside_the_sandbox(name, gpu_results):
-    """kgen.ncu_profile for real: ncu around a sandboxed runner that loads the builds the evaluation
+    """kgen.judge.ncu_profile for real: ncu around a sandboxed runner that loads the builds the evaluation
     compiled; the counters come back per kernel, with stall reasons."""
-    from kgen import ncu_profile
-    from kgen.problems import load_problem
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge import ncu_profile
+    from kgen.problems.problem import load_problem
 
     if ncu_profile.find_ncu() is None:
         pytest.skip("Nsight Compute (ncu) is not installed here")
@@ -140,8 +140,8 @@ def test_gpu_memory_is_shared_not_copied(gpu_results):
 @pytest.mark.slow
 @pytest.mark.parametrize("starter", STARTERS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_starter_is_correct_at_full_size_and_timed(starter, tmp_path):
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     result = evaluate_candidate(starter.parent.name, starter.read_text(),
                                 EvalSettings(device="cuda", size="full", timeout_s=600))
@@ -151,9 +151,9 @@ def test_starter_is_correct_at_full_size_and_timed(starter, tmp_path):
 
 @pytest.mark.slow
 def test_baselines_are_timed_once_and_cached(tmp_path):
-    from kgen.baselines import get_baselines
-    from kgen.db import Baseline, open_db
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
+    from kgen.store.baselines import get_baselines
+    from kgen.store.db import Baseline, open_db
 
     db = open_db(str(tmp_path / "results.db"))
     problem = load_problem("softmax", "small")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kgen import verify
+from kgen.core.records import EvalResult, EvalSettings
 from kgen.harness.cuda_build import build_key, build_lock, clear_stale_torch_lock, trim_compiler_output
 from kgen.harness.trace import OpTrace, compute_family
-from kgen.records import EvalResult, EvalSettings
-from kgen.static_checks import check_source, detect_language
+from kgen.judge import verify
+from kgen.judge.static_checks import check_source, detect_language
 
 from conftest import run_kgen
 
@@ -118,7 +118,7 @@ def test_work_is_measured_so_a_decomposition_counts_like_the_operator_it_replace
 
 
 def test_the_judge_reads_a_runner_description_strictly():
-    from kgen.judge import _description_problem
+    from kgen.judge.judge import _description_problem
 
     good = {"type": "torch.Tensor", "plain": True, "shape": [2, 3], "dtype": "float32", "device": "cpu",
             "layout": "torch.strided"}
@@ -134,8 +134,8 @@ def test_the_judge_reads_a_runner_description_strictly():
 
 
 def test_spares_give_every_candidate_a_process_no_candidate_has_used():
-    from kgen.judge import SpareRunners
-    from kgen.sandbox import SandboxMode
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     spares = SpareRunners(SandboxMode.BWRAP, depth=1)
     try:
@@ -160,8 +160,8 @@ def test_spares_are_stopped_while_a_candidate_is_timed_and_go_on_after():
     """Every process of a waiting spare's sandbox is stopped (state T) inside `paused()`, and runs again after."""
     import time
 
-    from kgen.judge import SpareRunners
-    from kgen.sandbox import SandboxMode
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     def states(pgid: int) -> set[str]:
         found = set()
@@ -217,8 +217,8 @@ def test_compiler_output_is_trimmed_to_errors():
 
 
 def test_faster_than_the_roofline_floor_is_suspicious():
-    from kgen.evaluate import _fill_speed
-    from kgen.problems import load_problem
+    from kgen.judge.evaluate import _fill_speed
+    from kgen.problems.problem import load_problem
 
     problem = load_problem("softmax", "small")
     settings = EvalSettings(device="cuda", baseline_eager_ms=2.0, baseline_compile_ms=1.0, floor_ms=0.5)
@@ -239,7 +239,7 @@ def test_cli_exit_codes_for_bad_input(tmp_path):
 
 
 def test_cli_human_summary(tmp_path):
-    from kgen.records import CPU_CORRECT
+    from kgen.core.records import CPU_CORRECT
 
     done = run_kgen("eval", "softmax", str(CANDIDATES / "good_triton_softmax.py"), "--device", "cpu",
                     env={"COLUMNS": "80"})
@@ -250,14 +250,14 @@ def test_cli_human_summary(tmp_path):
 
 
 def test_detect_language_via_public_api():
-    from kgen.evaluate import detect_language as public
+    from kgen.judge.evaluate import detect_language as public
 
     assert public("x = 1\n") == "unknown"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="process groups and /proc")
 def test_prebuild_rejects_statically_and_passes_triton_on():
-    from kgen.evaluate import prebuild
+    from kgen.judge.evaluate import prebuild
 
     settings = EvalSettings(device="cpu", size="small")
     assert prebuild("softmax", "def f(:\n", settings).outcome == "static_reject"
@@ -271,7 +271,7 @@ def test_kgen_parses_python_one_thread_at_a_time():
     # depth mismatch", seen in CI when two candidates were checked at once), so kgen serializes parses.
     import threading
 
-    from kgen import pyast
+    from kgen.core import pyast
 
     done = threading.Event()
     with pyast._lock:  # another thread is parsing
@@ -298,7 +298,7 @@ def test_the_gpu_audit_finds_a_cuda_kernels_name_wherever_its_launch_bounds_stan
     after the return type once made its parenthesis the 'name', and correct CUDA candidates (the bundled
     softmax cuda_two_pass and cuda_cluster_single_pass starters) were rejected as running 100% other
     kernels on the H100."""
-    from kgen.judge import _cuda_kernel_names
+    from kgen.judge.audit import _cuda_kernel_names
 
     assert _cuda_kernel_names(f"// before\n{declaration} {{\n}}\n") == {name}
 
@@ -309,7 +309,7 @@ def test_a_static_reject_starts_nothing_not_even_torch(tmp_path):
     """Rejected before anything touches a GPU: no torch imported, no DB opened for baselines, no sandbox,
     even with --device cuda on a machine that has none (the device is never looked at)."""
     db = tmp_path / "results.db"
-    script = ("import json, sys\nfrom kgen.cli import evaluate_file\n"
+    script = ("import json, sys\nfrom kgen.cli.evaluate import evaluate_file\n"
               f"problem, result = evaluate_file('softmax', {str(CANDIDATES / 'no_kernel.py')!r}, device='cuda', "
               f"db={str(db)!r})\n"
               "print(json.dumps([result.outcome, problem.name, 'torch' in sys.modules, result.details['breakdown']]))")
@@ -332,14 +332,13 @@ def test_a_static_reject_on_the_cli_is_one_line_of_outcome_and_exit_0(tmp_path):
     assert run_kgen("eval", "no_such_problem", str(CANDIDATES / "no_kernel.py")).returncode == 2
 
 
-def test_evaluate_one_rejects_statically_before_the_baselines(monkeypatch):
-    from kgen import baselines
-    from kgen.evaluate import evaluate_one
-    from kgen.problems import load_problem
+def test_evaluate_one_rejects_statically_before_the_baselines():
+    from kgen.judge.evaluate import evaluate_one
+    from kgen.problems.problem import load_problem
 
-    monkeypatch.setattr(baselines, "get_baselines", lambda *a, **k: pytest.fail("baselines timed for a reject"))
     result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "no_kernel.py").read_text(),
-                          EvalSettings(device="cuda", size="small"), db="sqlite:///:memory:")
+                          EvalSettings(device="cuda", size="small"),
+                          baselines=lambda *a, **k: pytest.fail("baselines timed for a reject"))
     assert result.outcome == "static_reject" and set(result.details["breakdown"]) == {"static_s"}
 
 
@@ -359,7 +358,7 @@ def test_eval_json_says_where_the_seconds_went(tmp_path):
 
 STAND_IN_WORKER = '''
 import sys, time
-import kgen.baseline_worker as worker
+import kgen.judge.baseline_worker as worker
 
 def stand_in(job, ready):  # the GPU part mocked: "compiles", says so, waits for the go, "times"
     with open(job["log"], "a") as log:
@@ -379,7 +378,7 @@ def test_the_baseline_child_is_timed_only_inside_the_callers_hold(tmp_path, monk
     the real child process and pipe protocol, with the GPU work stood in."""
     import contextlib
 
-    from kgen import baselines
+    from kgen.judge import baselines
 
     (tmp_path / "stand_in_worker.py").write_text(STAND_IN_WORKER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
@@ -402,25 +401,26 @@ def test_the_baseline_child_is_timed_only_inside_the_callers_hold(tmp_path, monk
 def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_ones(monkeypatch):
     """The sandboxes one evaluation needs start before the judge runs, and the judge takes exactly those
     (a spare it cannot find under its own name for the device would be started again, and the first wasted)."""
-    from kgen import judge
-    from kgen.evaluate import evaluate_one
-    from kgen.problems import load_problem
+    from kgen.judge import judge, spares
+    from kgen.judge.evaluate import evaluate_one
+    from kgen.problems.problem import load_problem
 
     started = []
-    real = judge.start_process
-    monkeypatch.setattr(judge, "start_process", lambda device, mode, kind="run", **kw: (
-        started.append((device, kind)), real(device, mode, kind, **kw))[1])
+    real = spares.start_process
+    counted = lambda device, mode, kind="run", **kw: (started.append((device, kind)), real(device, mode, kind, **kw))[1]
+    monkeypatch.setattr(spares, "start_process", counted)  # what the spares start
+    monkeypatch.setattr(judge, "start_process", counted)  # what the judge would start without them
     result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
                           EvalSettings(device="cpu", size="small"))
     assert result.outcome == "correct", result.message
     assert started == [("cpu", "run")]  # on the CPU a Triton candidate takes one runner, and no spare is kept
-    assert judge.spare_key("cpu") == "cpu" and judge.spare_key("cuda:1") == "cuda:1"
+    assert spares.spare_key("cpu") == "cpu" and spares.spare_key("cuda:1") == "cuda:1"
 
 
 def test_a_triton_build_is_keyed_by_the_input_shapes():
     """Triton compiles one kernel per specialization, so builds for one size are not another's (on the H100,
     `--size small` after `--size full` of one source found the full build and the runner had to compile)."""
-    from kgen.judge import build_key
+    from kgen.judge.builds import build_key
 
     source = "import triton\n"
     assert build_key(source, "9.0") == build_key(source, "9.0", "")  # CUDA sources: no shapes, shared with the CPU

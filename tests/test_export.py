@@ -13,10 +13,10 @@ import textwrap
 import pytest
 import torch
 
-from kgen import store
-from kgen.db import open_db
-from kgen.problems import load_problem
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.problems.problem import load_problem
+from kgen.store import queries
+from kgen.store.db import open_db
 
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100, starter
@@ -217,7 +217,8 @@ def test_without_a_gpu_the_export_is_not_re_verified_and_says_so(results, out_di
 def _fake_gpu(monkeypatch, outcome: str, message: str = "", max_abs_err=None) -> list:
     """The GPU is mocked: the export sees one, and the judge's result on it is `outcome`; returns the
     settings each re-verification was asked for."""
-    from kgen import evaluate, export
+    from kgen.judge import evaluate
+    from kgen.outputs import export
 
     asked = []
 
@@ -233,7 +234,7 @@ def _fake_gpu(monkeypatch, outcome: str, message: str = "", max_abs_err=None) ->
 
 def test_on_a_gpu_a_candidate_the_judge_no_longer_passes_is_refused_and_nothing_written(results, out_dir,
                                                                                       monkeypatch, capsys):
-    from kgen.cli import main
+    from kgen.cli.main import main
 
     path, ids = results
     asked = _fake_gpu(monkeypatch, "incorrect", "output: 3 of 268435456 elements off\nworst at (7, 12)")
@@ -252,7 +253,7 @@ def test_on_a_gpu_a_candidate_the_judge_no_longer_passes_is_refused_and_nothing_
 
 def test_on_a_gpu_a_candidate_still_correct_is_exported_with_what_the_judge_found(results, out_dir, monkeypatch,
                                                                                 capsys):
-    from kgen.cli import main
+    from kgen.cli.main import main
 
     path, ids = results
     asked = _fake_gpu(monkeypatch, "correct", max_abs_err=2.5e-7)
@@ -283,10 +284,10 @@ def test_on_a_real_gpu_the_export_re_verifies_and_refuses_a_wrong_kernel(tmp_pat
     assert "* 1.001" in bad
     ids = {}
     for name, source in (("good", good), ("bad", bad)):
-        ids[name] = store.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"),
-                                       run_id=None, round_index=None, problem="softmax", problem_hash=p.source_hash)
-        store.add_evaluation(db, ids[name], EvalResult(outcome="correct", language="triton", device="cpu",
-                                                       size="small", rtol=1e-5, atol=1e-5))
+        ids[name] = queries.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"),
+                                         run_id=None, round_index=None, problem="softmax", problem_hash=p.source_hash)
+        queries.add_evaluation(db, ids[name], EvalResult(outcome="correct", language="triton", device="cpu",
+                                                         size="small", rtol=1e-5, atol=1e-5))
     db.close()
     database = ["--db", str(tmp_path / "gpu.db")]
     r = run_kgen("export", str(ids["good"]), "-o", str(out_dir / "good.py"), *database)
@@ -325,10 +326,10 @@ def test_the_exported_test_fails_a_kernel_that_is_wrong(tmp_path, out_dir):
     source = starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024).replace(
         "y = tl.exp(x - row_max) * inv", "y = tl.exp(x - row_max) * inv * 1.001")
     assert "* 1.001" in source
-    cid = store.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=None,
-                             round_index=None, problem="softmax", problem_hash=p.source_hash)
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
-                                             rtol=1e-5, atol=1e-5))
+    cid = queries.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=None,
+                               round_index=None, problem="softmax", problem_hash=p.source_hash)
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
+                                               rtol=1e-5, atol=1e-5))
     db.close()
     assert run_kgen("export", str(cid), "-o", str(out_dir / "wrong.py"), "--with-test", "--no-verify",
                     "--db", str(tmp_path / "lying.db")).returncode == 0
@@ -363,9 +364,9 @@ def test_a_candidate_whose_names_clash_with_the_entry_point_gets_a_distinct_one(
     p = load_problem("softmax", "small")
     source = starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024).replace(
         "class ModelNew(nn.Module):", "def softmax(x):\n    return ModelNew()(x)\n\n\nclass ModelNew(nn.Module):")
-    cid = store.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=None,
-                             round_index=None, problem="softmax", problem_hash=p.source_hash)
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small"))
+    cid = queries.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=None,
+                               round_index=None, problem="softmax", problem_hash=p.source_hash)
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small"))
     db.close()
     r = run_kgen("export", str(cid), "-o", str(out_dir / "clash.py"), "--with-test", "--no-verify",
                  "--db", str(tmp_path / "clash.db"))
@@ -374,8 +375,8 @@ def test_a_candidate_whose_names_clash_with_the_entry_point_gets_a_distinct_one(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("kgen.evaluate") is None,
-                    reason="waits on kgen/evaluate.py (the evaluator `kgen search` runs candidates through)")
+@pytest.mark.skipif(importlib.util.find_spec("kgen.judge.evaluate") is None,
+                    reason="waits on kgen/judge/evaluate.py (the evaluator `kgen search` runs candidates through)")
 def test_round_trip_from_a_real_cpu_search(tmp_path, out_dir):
     db = str(tmp_path / "search.db")
     r = run_kgen("search", "--problem", "softmax", "--rounds", "2", "--size", "small", "--candidates", "2",

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kgen import aot, store
-from kgen.db import open_db
-from kgen.problems import load_problem
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.outputs import aot
+from kgen.problems.problem import load_problem
+from kgen.store import queries
+from kgen.store.db import open_db
 
 from conftest import run_kgen
 from test_leaderboard_fixtures import starter
@@ -151,7 +152,8 @@ def test_aot_with_no_verify_is_refused_in_one_line_and_nothing_is_written(result
 def _mock_gpu(monkeypatch, judge):
     """The GPU is mocked: the export sees one (an H100, compute capability 9.0) and the judge's result on
     it is what `judge(problem, text)` returns."""
-    from kgen import evaluate, export
+    from kgen.judge import evaluate
+    from kgen.outputs import export
 
     monkeypatch.setattr(export, "gpu_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: GPU_NAME)
@@ -166,8 +168,8 @@ def _compiling_judge(tmp_path, verified: list):
     the text's build directory, and finds it correct."""
     import triton
 
-    from kgen.ablation import ablate_triton_kernels
-    from kgen.judge import build_key, builds_root
+    from kgen.judge.ablation import ablate_triton_kernels
+    from kgen.judge.builds import build_key, builds_root
 
     def judge(problem, text):
         verified.append(text)
@@ -191,11 +193,11 @@ def _compiling_judge(tmp_path, verified: list):
 def _softmax_candidate(tmp_path) -> tuple[Path, int]:
     db = open_db(str(tmp_path / "aot.db"))
     p = load_problem("softmax", "small")
-    cid = store.add_proposal(db, Proposal(source=starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024),
-                                          proposer="offline", language="triton"),
-                             run_id=None, round_index=None, problem="softmax", problem_hash=p.source_hash)
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
-                                             rtol=1e-5, atol=1e-5))
+    cid = queries.add_proposal(db, Proposal(source=starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024),
+                                            proposer="offline", language="triton"),
+                               run_id=None, round_index=None, problem="softmax", problem_hash=p.source_hash)
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", language="triton", device="cpu", size="small",
+                                               rtol=1e-5, atol=1e-5))
     db.close()
     return tmp_path / "aot.db", cid
 
@@ -208,7 +210,7 @@ def test_aot_module_carries_the_kernels_compiled_from_its_own_text_and_a_fresh_i
     manager, and compiling the module's kernel there is a cache hit."""
     import triton
 
-    from kgen.cli import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     verified: list[str] = []
@@ -282,7 +284,7 @@ def test_the_written_module_without_its_payload_is_a_cache_miss_so_the_hit_above
         tmp_path, out_dir, monkeypatch):
     """The control for the test above: the same module with its checksum removed installs nothing, and
     the same compile in a fresh Python is then a miss."""
-    from kgen.cli import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     _mock_gpu(monkeypatch, _compiling_judge(tmp_path, []))
@@ -361,8 +363,8 @@ def test_a_build_directory_without_the_modules_kernels_is_refused_in_one_line(tm
                                                                               capsys):
     """The GPU and the judge are mocked: the judge says it compiled into a build directory that holds only
     kgen's own warm-up kernel (then: none at all, then: no build directory named)."""
-    from kgen.cli import main
-    from kgen.judge import builds_root
+    from kgen.cli.main import main
+    from kgen.judge.builds import builds_root
 
     db, cid = _softmax_candidate(tmp_path)
     only_warm_up = builds_root() / "only-warm-up"
@@ -383,7 +385,7 @@ def test_a_build_directory_without_the_modules_kernels_is_refused_in_one_line(tm
 
 
 def test_a_module_the_judge_finds_wrong_is_refused_as_the_exported_module(tmp_path, out_dir, monkeypatch, capsys):
-    from kgen.cli import main
+    from kgen.cli.main import main
 
     db, cid = _softmax_candidate(tmp_path)
     _mock_gpu(monkeypatch, lambda problem, text: EvalResult(outcome="incorrect", message="trial 2 of 5: off",
@@ -642,7 +644,7 @@ def test_a_load_inline_that_someone_else_replaced_first_is_left_to_them_with_one
 
 
 def test_a_build_the_verified_run_loaded_but_that_is_gone_is_refused(tmp_path):
-    from kgen.errors import KgenError
+    from kgen.core.errors import KgenError
 
     (tmp_path / "build" / "cuda").mkdir(parents=True)
     builds = [{"kind": "load_inline", "key": "0123456789abcdef0123", "arch": "sm_90a", "call": "ab" * 32}]
@@ -696,10 +698,10 @@ GPU_CHECK = textwrap.dedent("""
 def _gpu_export(tmp_path, out_dir, problem: str, name: str, module: str, language: str) -> str:
     db = open_db(str(tmp_path / f"{module}.db"))
     p = load_problem(problem, "small")
-    cid = store.add_proposal(db, Proposal(source=starter(problem, name), proposer="offline", language=language),
-                             run_id=None, round_index=None, problem=problem, problem_hash=p.source_hash)
-    store.add_evaluation(db, cid, EvalResult(outcome="correct", language=language, device="cpu", size="small",
-                                             rtol=1e-5, atol=1e-5))
+    cid = queries.add_proposal(db, Proposal(source=starter(problem, name), proposer="offline", language=language),
+                               run_id=None, round_index=None, problem=problem, problem_hash=p.source_hash)
+    queries.add_evaluation(db, cid, EvalResult(outcome="correct", language=language, device="cpu", size="small",
+                                               rtol=1e-5, atol=1e-5))
     db.close()
     r = run_kgen("export", str(cid), "-o", str(out_dir / f"{module}.py"), "--aot", "--db",
                  str(tmp_path / f"{module}.db"))

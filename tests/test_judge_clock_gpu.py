@@ -18,10 +18,10 @@ ATTACKS = Path(__file__).resolve().parent / "attacks"
 @pytest.fixture(scope="module")
 def clock_results():
     """(attack, share, ms, size) -> the evaluation, all through one set of spare runners."""
-    from kgen.evaluate import evaluate_candidate
-    from kgen.judge import SpareRunners
-    from kgen.records import EvalSettings
-    from kgen.sandbox import SandboxMode
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
 
     spares = SpareRunners(SandboxMode.BWRAP)
     results = {}
@@ -39,7 +39,7 @@ def clock_results():
 @pytest.mark.parametrize("size", CLOCK_SIZES)
 @pytest.mark.parametrize(("attack", "share", "ms"), CLOCK_MATRIX)
 def test_a_shave_beyond_the_floor_is_caught_and_none_is_invented(clock_results, attack, share, ms, size):
-    from kgen.judge import CLOCK_FLOOR_MS
+    from kgen.judge.timing import CLOCK_FLOOR_MS
 
     honest = clock_results[attack, 0.0, 0.0, size]
     assert honest.outcome == "correct", f"honest {attack} ({size}): {honest.outcome}: {honest.message}"

@@ -5,10 +5,11 @@ import time
 
 import torch
 
-from kgen.judge import Judge, Trial
-from kgen.problems import load_problem
-from kgen.records import EvalSettings
-from kgen.sandbox import SandboxMode
+from kgen.core.records import EvalSettings
+from kgen.judge.judge import Judge
+from kgen.judge.sandbox import SandboxMode
+from kgen.judge.verdict import Trial
+from kgen.problems.problem import load_problem
 
 
 def _judge(timeout_s: float = 5.0) -> Judge:

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from kgen import kernel_profile, ncu_profile, telemetry
-from kgen.db import open_db
+from kgen.core.records import EvalResult, Proposal
 from kgen.harness import runner
-from kgen.history import build_history
-from kgen.problems import load_problem
-from kgen.prompts import PromptRenderer, prompt_context
-from kgen.records import EvalResult, Proposal
-from kgen.roofline import Ceilings
-from kgen.store import add_evaluation, add_proposal
+from kgen.judge import kernel_profile, ncu_profile, telemetry
+from kgen.problems.problem import load_problem
+from kgen.problems.roofline import Ceilings
+from kgen.proposers.prompts import PromptRenderer, prompt_context
+from kgen.store.db import open_db
+from kgen.store.history import build_history
+from kgen.store.queries import add_evaluation, add_proposal
 
 from conftest import REPO, run_kgen
 from llm_server import Reply, ScriptedLLMServer
@@ -136,7 +136,7 @@ H100 = Ceilings(device="NVIDIA H100 80GB HBM3", bandwidth_bytes_per_s=3.0e12, fp
 def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_path, monkeypatch):
     """A real SQLite DB holding a timed evaluation with its profile, as a GPU search stores it (the GPU
     and its measured ceilings are mocked); the rendered prompt carries the summary under it."""
-    import kgen.history
+    import kgen.store.history
 
     db = open_db(str(tmp_path / "results.db"))
     problem = load_problem("softmax", "small")
@@ -146,7 +146,7 @@ def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_p
     kernel_profile.add_achieved(profile, 2 << 20, 5 << 18, 0.01, 3.0e12, 17.0e12)
     add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.01, device=H100.device, size="small",
                                        details={"kernel_profile": profile}))
-    monkeypatch.setattr(kgen.history, "device_ceilings", lambda: H100)
+    monkeypatch.setattr(kgen.store.history, "device_ceilings", lambda: H100)
     history = build_history(db, problem, device=H100.device)
     assert history.profiles[cid] == kernel_profile.summary(profile)
     text = PromptRenderer().render("propose.j2", prompt_context(problem, history))

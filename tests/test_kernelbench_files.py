@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from kgen.errors import KgenError
-from kgen.problems import load_problem
-from kgen.roofline import compute_roofline
+from kgen.core.errors import KgenError
+from kgen.problems.problem import load_problem
+from kgen.problems.roofline import compute_roofline
 
 from conftest import PROBLEM_FILES, REPO, run_kgen
 
@@ -103,7 +103,7 @@ class _UntaggedOp:
 def test_leaky_relu_counts_one_flop_per_element_without_the_pointwise_tag():
     """On the H100's torch 2.11, KernelBench's LeakyReLU counted 0 FLOPs: its operator is not tagged
     pointwise there."""
-    from kgen.roofline import _operator_flops
+    from kgen.problems.roofline import _operator_flops
 
     x = torch.empty(8, 16, device="meta")
     assert _operator_flops(_UntaggedOp(torch.ops.aten.leaky_relu), (x, 0.01), {}, x) == 8 * 16

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from kgen import store
-from kgen.db import open_db
-from kgen.errors import KgenError
-from kgen.leaderboard import candidate_detail, leaderboard, run_rows
-from kgen.records import EvalResult
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult
+from kgen.store import queries
+from kgen.store.db import open_db
+from kgen.store.leaderboard import candidate_detail, leaderboard, run_rows
 
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100
@@ -56,10 +56,10 @@ def test_device_filter_matches_part_of_the_name(results):
 def test_a_later_failed_evaluation_on_the_same_device_takes_a_candidate_off_the_board(results):
     path, ids = results
     db = open_db(str(path), create=False)
-    store.add_evaluation(db, ids["softmax_best"], EvalResult(outcome="incorrect", device=H100, size="full",
-                                                             message="re-checked: max abs error 0.3"))
-    store.add_evaluation(db, ids["softmax_best"], EvalResult(outcome="correct", device="NVIDIA A100", size="full",
-                                                             runtime_ms=1.4))
+    queries.add_evaluation(db, ids["softmax_best"], EvalResult(outcome="incorrect", device=H100, size="full",
+                                                               message="re-checked: max abs error 0.3"))
+    queries.add_evaluation(db, ids["softmax_best"], EvalResult(outcome="correct", device="NVIDIA A100", size="full",
+                                                               runtime_ms=1.4))
     rows = leaderboard(db, problem="softmax")
     assert {(r.device, r.candidate_id) for r in rows if r.size == "full"} == {
         (H100, ids["softmax_best"] + 3), ("NVIDIA A100", ids["softmax_best"])}  # +3: the 0.86 ms retune
@@ -175,8 +175,8 @@ def test_a_result_evaluated_without_the_sandbox_says_so_on_the_board(tmp_path):
                     runtime_ms=0.9, eager_ms=1.4)
         # the same search's other candidate, evaluated with --no-sandbox (its details say so, as the judge writes them)
         slow = _add(db, p, run, 0, starter("softmax", "triton_online_two_pass", BLOCK_SIZE=1024), "triton", "correct")
-        store.add_evaluation(db, slow, EvalResult(outcome="correct", language="triton", device=H100, size="full",
-                                                  runtime_ms=0.8, details={"sandbox": {"kind": "none"}}))
+        queries.add_evaluation(db, slow, EvalResult(outcome="correct", language="triton", device=H100, size="full",
+                                                    runtime_ms=0.8, details={"sandbox": {"kind": "none"}}))
     finally:
         db.close()
     rows = leaderboard(open_db(str(path), create=False), include_all=True)

@@ -1,4 +1,4 @@
-"""Results DBs the leaderboard, export and report tests share, written through kgen.store as a search
+"""Results DBs the leaderboard, export and report tests share, written through kgen.store.queries as a search
 writes them: real starter sources, GPU-like timings (H100-scale milliseconds) for the plots, a CPU
 run with no timings, a hybrid, a suspicious candidate that must never be listed, and LLM tokens."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kgen import store
-from kgen.db import open_db
-from kgen.problems import load_problem
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.problems.problem import load_problem
+from kgen.store import queries
+from kgen.store.db import open_db
 
 STARTERS = Path(__file__).resolve().parent.parent / "problems" / "starters"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -29,10 +29,10 @@ def starter(problem: str, name: str, **constants: int) -> str:
 
 def _run(db, problem, size, device, proposer, model, rounds, per_round):
     p = load_problem(problem, size)
-    run_id = store.create_run(db, problem=p.name, problem_path=str(p.path), problem_hash=p.source_hash, size=size,
-                              proposer=proposer, model=model, language="any", seed=0, rounds=rounds,
-                              candidates_per_round=per_round, settings={"problem": problem, "rounds": rounds},
-                              device=device)
+    run_id = queries.create_run(db, problem=p.name, problem_path=str(p.path), problem_hash=p.source_hash, size=size,
+                                proposer=proposer, model=model, language="any", seed=0, rounds=rounds,
+                                candidates_per_round=per_round, settings={"problem": problem, "rounds": rounds},
+                                device=device)
     return p, run_id
 
 
@@ -45,8 +45,8 @@ def _add(db, p, run_id, round_index, source, language, outcome, *, parents=(), i
         proposal.prompt = [{"role": "user", "content": "make it faster"}]
         proposal.response = "```python\n" + (source or "") + "```"
         proposal.tokens_in, proposal.tokens_out = tokens
-    cid = store.add_proposal(db, proposal, run_id=run_id, round_index=round_index, problem=p.name,
-                             problem_hash=p.source_hash)
+    cid = queries.add_proposal(db, proposal, run_id=run_id, round_index=round_index, problem=p.name,
+                               problem_hash=p.source_hash)
     if source is None:
         return cid
     timed = runtime_ms is not None and outcome == "correct"
@@ -59,7 +59,7 @@ def _add(db, p, run_id, round_index, source, language, outcome, *, parents=(), i
         speedup_compile=compile_ms / runtime_ms if timed and compile_ms else None,
         roofline_pct=100 * floor_ms / runtime_ms if timed and floor_ms else None, torch_ops=list(torch_ops),
         **VERSIONS)
-    store.add_evaluation(db, cid, result)
+    queries.add_evaluation(db, cid, result)
     return cid
 
 
@@ -96,7 +96,7 @@ def build_results_db(path) -> dict:
         _add(db, p, run, 3, "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
              "        return torch.softmax(x, 1)\n", "unknown", "static_reject", parents=[e],
              message="calls the reference's torch.softmax and launches no kernel of its own")
-        store.set_run_status(db, run, "finished", rounds_done=4)
+        queries.set_run_status(db, run, "finished", rounds_done=4)
         ids.update(softmax_best=e, softmax_first=a, softmax_suspicious=sus, softmax_compile_error=b)
 
         cv = dict(eager_ms=3.05, compile_ms=2.70, floor_ms=0.55)
@@ -112,7 +112,7 @@ def build_results_db(path) -> dict:
         h = _add(db, p, run, 1, starter("conv2d", "triton_implicit_gemm"), "triton", "correct", parents=[f],
                  proposer="openai", model="gpt-4.1", idea="im2col in torch, GEMM in Triton", runtime_ms=2.95,
                  torch_ops=["aten.unfold"], tokens=(6020, 1980), **cv)
-        store.set_run_status(db, run, "finished", rounds_done=2)
+        queries.set_run_status(db, run, "finished", rounds_done=2)
         ids.update(conv_best=g, conv_triton=f, conv_hybrid=h)
 
         p, run = _run(db, "softmax", "small", "cpu", "offline", None, 2, 2)
@@ -123,7 +123,7 @@ def build_results_db(path) -> dict:
                  size="small", message="nvcc not found: CUDA sources cannot be compiled here")
         k = _add(db, p, run, 1, starter("softmax", "triton_online_two_pass", BLOCK_SIZE=2048), "triton", "correct",
                  parents=[i], device="cpu", size="small", idea="2048-wide blocks")
-        store.set_run_status(db, run, "interrupted", rounds_done=1)
+        queries.set_run_status(db, run, "interrupted", rounds_done=1)
         ids.update(cpu_first=i, cpu_second=k, cpu_cuda=j)
     finally:
         db.close()

@@ -1,4 +1,4 @@
-"""The cost ledger (kgen.ledger): a real search through the real CLI with the openai proposer against the
+"""The cost ledger (kgen.store.ledger): a real search through the real CLI with the openai proposer against the
 loopback OpenAI-compatible server (tests/llm_server.py) on the CPU, its tokens stored, totalled and shown by
 `kgen runs` and `kgen show`, priced; and the leaderboard sorted by cost on hand-made rows in a real SQLite DB
 whose GPU timings are made up (the GPU is mocked: no GPU evaluated them)."""
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kgen import ledger, store
-from kgen.db import Candidate, LLMCall, open_db
-from kgen.errors import KgenError
-from kgen.records import EvalResult, Proposal
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, Proposal
+from kgen.store import ledger, queries
+from kgen.store.db import Candidate, LLMCall, open_db
 
 from conftest import REPO, run_kgen
 from llm_server import Reply, ScriptedLLMServer
@@ -174,20 +174,20 @@ def _handmade_db(path: Path) -> dict:
     ids: dict = {"runs": [], "candidates": []}
     for n, (speedup, runtime_ms, phases) in enumerate([*MOCKED_RUNS, (None, None, {"verify_s": 3.0})]):
         device = "cpu" if speedup is None else MOCKED_GPU
-        run = store.create_run(db, problem="softmax", problem_path="/p/softmax.py", problem_hash="h", size="small",
-                               proposer="openai", model="m", language="triton", seed=0, rounds=1,
-                               candidates_per_round=1, settings={}, device=device)
+        run = queries.create_run(db, problem="softmax", problem_path="/p/softmax.py", problem_hash="h", size="small",
+                                 proposer="openai", model="m", language="triton", seed=0, rounds=1,
+                                 candidates_per_round=1, settings={}, device=device)
         proposal = Proposal(source=f"x = {n}\n", proposer="openai", language="triton", model="m", prompt="p",
                             response="r", tokens_in=10_000, tokens_out=2_000, latency_s=4.0)
-        cid = store.add_proposal(db, proposal, run_id=run, round_index=0, problem="softmax", problem_hash="h")
+        cid = queries.add_proposal(db, proposal, run_id=run, round_index=0, problem="softmax", problem_hash="h")
         eager = None if speedup is None else speedup * runtime_ms
-        store.add_evaluation(db, cid, EvalResult(
+        queries.add_evaluation(db, cid, EvalResult(
             outcome="correct", language="triton", device=device, size="small", runtime_ms=runtime_ms,
             eager_ms=eager, speedup_eager=speedup, compile_s=2.0, eval_s=999.0, details={"phases": phases}))
         ids["runs"].append(run)
         ids["candidates"].append(cid)
-    twin = store.add_proposal(db, Proposal(source="x = 'twin'\n", proposer="openai", language="triton", model="m"),
-                              run_id=ids["runs"][0], round_index=0, problem="softmax", problem_hash="h")
+    twin = queries.add_proposal(db, Proposal(source="x = 'twin'\n", proposer="openai", language="triton", model="m"),
+                                run_id=ids["runs"][0], round_index=0, problem="softmax", problem_hash="h")
     with db.session() as s:
         s.get(Candidate, twin).llm_call_id = s.get(Candidate, ids["candidates"][0]).llm_call_id
     ids["twin"] = twin
@@ -235,7 +235,7 @@ def test_a_run_that_cost_nothing_ranks_first_per_dollar(tmp_path):
     with database.session() as s:  # the slowest run's tokens were free (an offline or local model)
         for call in s.query(LLMCall).filter(LLMCall.run_id == ids["runs"][2]):
             call.tokens_in = call.tokens_out = 0
-    from kgen.leaderboard import leaderboard
+    from kgen.store.leaderboard import leaderboard
 
     rows = ledger.sort_board(database, leaderboard(database, include_all=True), "per-dollar",
                              ledger.Prices(2.0, 8.0))

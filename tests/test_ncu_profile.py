@@ -1,4 +1,4 @@
-"""Nsight Compute profiles (kgen.ncu_profile): the parser on a log ncu wrote on the H100, hostile logs,
+"""Nsight Compute profiles (kgen.judge.ncu_profile): the parser on a log ncu wrote on the H100, hostile logs,
 the summary the prompt shows, where the profiles are stored and read, and the sandbox wrapper that
 starts ncu around the runner. ncu and a GPU do not exist here: the recorded log stands in for them
 (tests/data/ncu_softmax_h100.csv: `benchmarks/probe_ncu.py OUT record`, kgen's own ncu command line, ncu
@@ -11,12 +11,14 @@ import textwrap
 
 import pytest
 
-from kgen import kernel_profile, ncu_profile, store
-from kgen.db import open_db
-from kgen.judge import start_process
-from kgen.problems import load_problem
-from kgen.records import EvalResult, EvalSettings, Proposal
-from kgen.sandbox import SandboxMode, check_sandbox
+from kgen.core.records import EvalResult, EvalSettings, Proposal
+from kgen.judge import ncu_profile
+from kgen.judge.sandbox import SandboxMode, check_sandbox
+from kgen.judge.spares import start_process
+from kgen.problems.problem import load_problem
+from kgen.store import queries
+from kgen.store.db import open_db
+from kgen.store.history import profile_summaries
 
 from conftest import REPO
 
@@ -125,20 +127,20 @@ def _scored_db(tmp_path):
     parent) and an incorrect one."""
     db = open_db(str(tmp_path / "results.db"))
     problem = load_problem("softmax", "small")
-    run_id = store.create_run(db, problem=problem.name, problem_path=str(problem.path),
-                              problem_hash=problem.source_hash,
-                              size="full", proposer="offline", model=None, language="triton", seed=0, rounds=2,
-                              candidates_per_round=4, settings={}, device="H100")
+    run_id = queries.create_run(db, problem=problem.name, problem_path=str(problem.path),
+                                problem_hash=problem.source_hash,
+                                size="full", proposer="offline", model=None, language="triton", seed=0, rounds=2,
+                                candidates_per_round=4, settings={}, device="H100")
     ids = {}
 
     def add(name, round_index, runtime_ms, outcome="correct", parents=()):
         source = SOFTMAX_STARTER + f"\n# {name}\n"
-        ids[name] = store.add_proposal(db, Proposal(source=source, proposer="offline", language="triton",
-                                                    parent_ids=[ids[p] for p in parents]),
-                                       run_id=run_id, round_index=round_index, problem=problem.name,
-                                       problem_hash=problem.source_hash)
-        store.add_evaluation(db, ids[name], EvalResult(outcome=outcome, runtime_ms=runtime_ms, device="H100",
-                                                       size="full", details={"timing": {"median_ms": runtime_ms}}))
+        ids[name] = queries.add_proposal(db, Proposal(source=source, proposer="offline", language="triton",
+                                                      parent_ids=[ids[p] for p in parents]),
+                                         run_id=run_id, round_index=round_index, problem=problem.name,
+                                         problem_hash=problem.source_hash)
+        queries.add_evaluation(db, ids[name], EvalResult(outcome=outcome, runtime_ms=runtime_ms, device="H100",
+                                                         size="full", details={"timing": {"median_ms": runtime_ms}}))
 
     add("parent", 0, 2.0)
     add("fast", 1, 1.0, parents=["parent"])
@@ -150,26 +152,26 @@ def _scored_db(tmp_path):
 
 def test_a_rounds_targets_are_its_fastest_correct_candidates_and_their_parents(tmp_path):
     db, run_id, ids = _scored_db(tmp_path)
-    assert store.ncu_targets(db, run_id, 1, top=2) == [
+    assert queries.ncu_targets(db, run_id, 1, top=2) == [
         (ids["fast"], SOFTMAX_STARTER + "\n# fast\n"),
         (ids["parent"], SOFTMAX_STARTER + "\n# parent\n"),
         (ids["middle"], SOFTMAX_STARTER + "\n# middle\n")]
     # once profiled, a candidate is not profiled again (here the parent, already done)
-    assert store.set_ncu_profile(db, ids["parent"], ncu_profile.parse(RECORDED))
-    assert [c for c, _ in store.ncu_targets(db, run_id, 1, top=1)] == [ids["fast"]]
-    assert store.set_ncu_profile(db, 999999, {}) is False
+    assert queries.set_ncu_profile(db, ids["parent"], ncu_profile.parse(RECORDED))
+    assert [c for c, _ in queries.ncu_targets(db, run_id, 1, top=1)] == [ids["fast"]]
+    assert queries.set_ncu_profile(db, 999999, {}) is False
     db.close()
 
 
 def test_a_stored_profile_reaches_the_summaries_the_prompt_shows_and_a_failed_one_does_not(tmp_path):
     db, _, ids = _scored_db(tmp_path)
-    store.set_ncu_profile(db, ids["fast"], ncu_profile.parse(RECORDED))
-    store.set_ncu_profile(db, ids["middle"], {"error": "ERR_NVGPUCTRPERM"})
-    shown = kernel_profile.summaries(db, [ids["fast"], ids["middle"], ids["slow"]])
+    queries.set_ncu_profile(db, ids["fast"], ncu_profile.parse(RECORDED))
+    queries.set_ncu_profile(db, ids["middle"], {"error": "ERR_NVGPUCTRPERM"})
+    shown = profile_summaries(db, [ids["fast"], ids["middle"], ids["slow"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel")
     assert ids["middle"] not in shown and ids["slow"] not in shown
     with db.reader() as s:  # stored beside what the evaluation already held
-        from kgen.db import Evaluation
+        from kgen.store.db import Evaluation
         ev = s.query(Evaluation).filter_by(candidate_id=ids["fast"]).one()
         assert ev.details["timing"] == {"median_ms": 1.0} and ev.details["ncu"]["kernels"][0]["registers"] == 94
     db.close()
@@ -188,7 +190,7 @@ WRAPPER = textwrap.dedent('''
 
 
 def test_a_wrapper_starts_the_runner_inside_the_same_sandbox_and_writes_only_where_it_is_given(tmp_path):
-    """kgen.judge.start_process with a wrapper (what profile_candidate gives it: ncu's command line):
+    """kgen.judge.spares.start_process with a wrapper (what profile_candidate gives it: ncu's command line):
     the wrapper runs in the sandbox (PID 1 of its namespace, uid 65534), writes its log in the one
     directory bound writable, and the runner it starts still answers on the judge's channel."""
     check_sandbox(SandboxMode.BWRAP)
@@ -238,7 +240,7 @@ class Notes:
 def _search(db, run_id, started_s_ago, **config):
     import time
 
-    from kgen.search import Search, SearchConfig
+    from kgen.search.loop import Search, SearchConfig
 
     search = Search(db, SearchConfig(problem="softmax", **config), load_problem("softmax", "small"), None, Notes(),
                     run_id=run_id)
@@ -253,19 +255,19 @@ def test_after_a_round_the_search_profiles_its_best_and_stores_what_the_prompt_s
     stages = FakeStages()
     search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
     # first the parents the next prompt shows (where a profile is read), then the round's best and its parent
-    from kgen.history import build_history
+    from kgen.store.history import build_history
 
     parents = [c.id for c in build_history(db, load_problem("softmax", "small"), run_id=run_id).best]
     assert set(parents) == {ids["fast"], ids["middle"], ids["parent"], ids["slow"]}
     by_source = {SOFTMAX_STARTER + f"\n# {name}\n": ids[name] for name in ids}
     assert [by_source[src] for src, _ in stages.asked] == parents
-    shown = kernel_profile.summaries(db, [ids["fast"], ids["parent"]])
+    shown = profile_summaries(db, [ids["fast"], ids["parent"]])
     assert shown[ids["fast"]].startswith("Nsight Compute: softmax_kernel (") and ids["parent"] in shown
     assert "MB to/from DRAM = " in shown[ids["fast"]] and "x the problem's minimum" in shown[ids["fast"]]
     with db.reader() as s:
-        from kgen.db import Evaluation
+        from kgen.store.db import Evaluation
         stored = s.query(Evaluation).filter_by(candidate_id=ids["fast"]).one().details["ncu"]
-    from kgen.roofline import compute_roofline
+    from kgen.problems.roofline import compute_roofline
     assert stored["min_bytes"] == compute_roofline(load_problem("softmax", "small")).bytes_moved
     assert search.progress.lines[-1].startswith(f"  Nsight Compute profiled {', '.join(f'#{i}' for i in parents)} in ")
     db.close()

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kgen import store
-from kgen.db import open_db
-from kgen.records import EvalResult, Proposal
+from kgen.core.records import EvalResult, Proposal
+from kgen.store import queries
+from kgen.store.db import open_db
 
 from conftest import REPO, run_kgen
 from test_leaderboard_fixtures import build_results_db
@@ -61,21 +61,21 @@ def first_stderr_line(args: list[str], timeout_s: float = 60) -> tuple[str, floa
 @pytest.fixture
 def interrupted_db(tmp_path):
     """One run interrupted after 1 of its 3 candidates was evaluated."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     path = tmp_path / "interrupted.db"
     p = load_problem("softmax", "small")
     db = open_db(str(path))
     try:
-        run = store.create_run(db, problem=p.name, problem_path=str(p.path), problem_hash=p.source_hash,
-                               size="small", proposer="offline", model=None, language="triton", seed=0, rounds=2,
-                               candidates_per_round=3, settings={}, device="cpu")
-        ids = [store.add_proposal(db, Proposal(source=f"x = {i}\n", proposer="offline", language="triton"),
-                                  run_id=run, round_index=0, problem=p.name, problem_hash=p.source_hash)
+        run = queries.create_run(db, problem=p.name, problem_path=str(p.path), problem_hash=p.source_hash,
+                                 size="small", proposer="offline", model=None, language="triton", seed=0, rounds=2,
+                                 candidates_per_round=3, settings={}, device="cpu")
+        ids = [queries.add_proposal(db, Proposal(source=f"x = {i}\n", proposer="offline", language="triton"),
+                                    run_id=run, round_index=0, problem=p.name, problem_hash=p.source_hash)
                for i in range(3)]
-        store.add_evaluation(db, ids[0], EvalResult(outcome="incorrect", language="triton", device="cpu",
-                                                    size="small"))
-        store.set_run_status(db, run, "interrupted", rounds_done=0)
+        queries.add_evaluation(db, ids[0], EvalResult(outcome="incorrect", language="triton", device="cpu",
+                                                      size="small"))
+        queries.set_run_status(db, run, "interrupted", rounds_done=0)
     finally:
         db.close()
     return path
@@ -170,7 +170,7 @@ def test_eval_at_the_full_size_without_a_gpu_says_its_own_work_counts_against_th
 def test_show_piped_prints_the_source_as_stored(results):
     path, ids = results
     with open_db(str(path), read_only=True).session() as s:
-        from kgen.db import Candidate
+        from kgen.store.db import Candidate
 
         source = s.get(Candidate, ids["cpu_first"]).source
     r = run_kgen("show", str(ids["cpu_first"]), "--db", str(path), env={"COLUMNS": "40"})
@@ -183,7 +183,7 @@ def test_show_piped_prints_the_source_as_stored(results):
 def test_help_lists_every_commands_summary_in_full():
     from typer.main import get_command
 
-    from kgen.cli import app
+    from kgen.cli.main import app
 
     r = run_kgen("--help", env={"COLUMNS": "80"})
     listing = r.stdout.split("Commands:")[1]
@@ -232,7 +232,7 @@ def test_piped_problems_are_an_aligned_table_with_a_header():
 # -- 5. messages that do not mislead ---------------------------------------------------------------
 
 def test_the_round_line_counts_the_round_and_the_run_apart():
-    from kgen.progress import SearchProgress
+    from kgen.search.progress import SearchProgress
 
     out = io.StringIO()
     progress = SearchProgress(Console(file=out, width=300))
@@ -292,7 +292,7 @@ def test_per_dollar_ranks_runs_that_asked_no_llm_first_as_free_without_prices(tm
     with open_db(str(path)).session() as s:  # keep only the offline runs (softmax on the H100 and on the CPU)
         from sqlalchemy import delete
 
-        from kgen.db import Candidate, Evaluation, LLMCall, Run
+        from kgen.store.db import Candidate, Evaluation, LLMCall, Run
 
         conv = [c.id for c in s.query(Candidate).filter(Candidate.problem == "conv2d")]
         s.execute(delete(Evaluation).where(Evaluation.candidate_id.in_(conv)))

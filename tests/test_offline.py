@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from kgen.db import open_db
-from kgen.errors import KgenError
-from kgen.history import build_history
-from kgen.problems import load_problem, problem_names
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult
+from kgen.problems.problem import load_problem, problem_names
 from kgen.proposers import make_proposer
 from kgen.proposers.offline import OfflineProposer, bundled_with_same_model, find_tunables
-from kgen.records import EvalResult
-from kgen.store import add_evaluation, add_proposal, normalized_source_hash
+from kgen.store.db import open_db
+from kgen.store.history import build_history
+from kgen.store.queries import add_evaluation, add_proposal, normalized_source_hash
 
 from conftest import run_kgen
 

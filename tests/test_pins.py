@@ -210,7 +210,7 @@ def test_an_instance_attribute_shadowing_a_method_is_named():
     "import json as j\nj.dumps = str",
 ])
 def test_the_static_check_rejects_the_spellings_it_can_read(line):
-    from kgen.static_checks import check_source
+    from kgen.judge.static_checks import check_source
 
     source = (CANDIDATES / "good_triton_softmax.py").read_text() + "\n" + line + "\n"
     rejection = check_source(source).rejection
@@ -223,7 +223,7 @@ def test_the_static_check_rejects_the_spellings_it_can_read(line):
     "class Box:\n    pass\nBox.value = 1",
 ])
 def test_the_static_check_lets_honest_assignments_pass(line):
-    from kgen.static_checks import check_source
+    from kgen.judge.static_checks import check_source
 
     source = (CANDIDATES / "good_triton_softmax.py").read_text() + "\n" + line + "\n"
     assert check_source(source).rejection is None
@@ -232,8 +232,8 @@ def test_the_static_check_lets_honest_assignments_pass(line):
 def test_the_runner_rejects_a_candidate_that_replaces_event_methods_on_the_cpu():
     """tests/attacks/c8_event_setattr through the real judge and sandbox: its setattr is spelled through
     getattr (no static check sees it); the runner's check after the import names both methods."""
-    from kgen.evaluate import evaluate_candidate
-    from kgen.records import EvalSettings
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
 
     result = evaluate_candidate("softmax", (ATTACKS / "c8_event_setattr.py").read_text(),
                                 EvalSettings(device="cpu", size="small", timeout_s=120))

@@ -7,10 +7,16 @@ import re
 import pytest
 import torch
 
-from kgen.errors import KgenError
-from kgen.problems import (SEMANTIC_NAME, auto_small_overrides, load_problem, problem_names, rewrite_constants,
-                           top_level_constants)
-from kgen.roofline import Ceilings, Roofline, compute_roofline, count_flops
+from kgen.core.errors import KgenError
+from kgen.problems.problem import (
+    SEMANTIC_NAME,
+    auto_small_overrides,
+    load_problem,
+    problem_names,
+    rewrite_constants,
+    top_level_constants,
+)
+from kgen.problems.roofline import Ceilings, Roofline, compute_roofline, count_flops
 
 from conftest import PROBLEM_FILES, run_kgen
 

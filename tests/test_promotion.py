@@ -12,11 +12,15 @@ from math import comb
 import pytest
 from rich.console import Console
 
-from kgen.history import MAX_PER_BUCKET, build_history, parent_bucket
-from kgen.leaderboard import leaderboard, print_board
-from kgen.problems import load_problem
-from kgen.progress import SearchCounts, SearchProgress
-from kgen.promotion import (
+from kgen.core.records import EvalResult, Proposal
+from kgen.problems.problem import load_problem
+from kgen.proposers.offline import OfflineProposer
+from kgen.proposers.prompts import PromptRenderer, prompt_context
+from kgen.search.loop import Search, SearchConfig
+from kgen.search.progress import SearchCounts, SearchProgress
+from kgen.store.history import MAX_PER_BUCKET, build_history, parent_bucket
+from kgen.store.leaderboard import leaderboard, print_board
+from kgen.store.promotion import (
     MIN_GAIN,
     RuntimeSpread,
     beats,
@@ -27,11 +31,7 @@ from kgen.promotion import (
     spread_of,
     within_noise,
 )
-from kgen.prompts import PromptRenderer, prompt_context
-from kgen.proposers.offline import OfflineProposer
-from kgen.records import EvalResult, Proposal
-from kgen.search import Search, SearchConfig
-from kgen.store import add_evaluation, add_proposal, create_run
+from kgen.store.queries import add_evaluation, add_proposal, create_run
 
 from conftest import run_kgen
 from test_leaderboard_fixtures import H100, STARTERS, starter
@@ -163,8 +163,8 @@ def test_a_later_candidate_within_noise_does_not_replace_the_best(tmp_path, db, 
     assert verdicts == [True, False, False] and counts.best_candidate_id == first
 
     # the report's best speedup after the round is the kept best's, not the tie's higher figure
-    from kgen.leaderboard import run_rows
-    from kgen.report import run_history
+    from kgen.outputs.report import run_history
+    from kgen.store.leaderboard import run_rows
 
     [history] = [run_history(db, r) for r in run_rows(db) if r.run_id == run_id]
     assert [r.best_speedup_eager for r in history.rounds] == [pytest.approx(2.0 / 1.00)]

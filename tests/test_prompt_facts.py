@@ -13,16 +13,16 @@ import textwrap
 import pytest
 import torch
 
-from kgen.evaluate import _versions
+from kgen.core.records import EvalSettings
 from kgen.harness.runner import copy_weights
 from kgen.harness.trace import NON_COMPUTE_OPS
-from kgen.history import History
-from kgen.judge import TORCH_WORK_LIMIT
-from kgen.problems import load_problem
-from kgen.prompt_facts import INTERPRETER_FACTS, free_torch_ops
-from kgen.prompts import PromptRenderer, prompt_context
-from kgen.records import EvalSettings
-from kgen.static_checks import FORBIDDEN_NAMES, check_source
+from kgen.judge.audit import TORCH_WORK_LIMIT
+from kgen.judge.evaluate import _versions
+from kgen.judge.static_checks import FORBIDDEN_NAMES, check_source
+from kgen.problems.problem import load_problem
+from kgen.proposers.prompt_facts import INTERPRETER_FACTS, free_torch_ops
+from kgen.proposers.prompts import PromptRenderer, prompt_context
+from kgen.store.history import History
 
 from conftest import REPO
 
@@ -132,7 +132,7 @@ def test_without_a_gpu_the_prompt_states_the_interpreter_facts(system_prompt):
 def test_on_a_gpu_the_prompt_states_the_device_properties(gemm):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    from kgen.prompt_facts import device_properties
+    from kgen.proposers.prompt_facts import device_properties
 
     context = prompt_context(gemm, History(), "triton")
     context["facts"]["device_properties"] = device_properties()

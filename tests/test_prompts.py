@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kgen.errors import KgenError
-from kgen.history import History, build_history, trim_message
-from kgen.prompts import TEMPLATES, PromptRenderer, failure_view, prompt_context
-from kgen.records import EvalResult, Proposal
-from kgen.roofline import Ceilings, compute_roofline
-from kgen.store import add_evaluation, add_proposal
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, Proposal
+from kgen.problems.roofline import Ceilings, compute_roofline
+from kgen.proposers.prompts import TEMPLATES, PromptRenderer, failure_view, prompt_context
+from kgen.store.history import History, build_history, trim_message
+from kgen.store.queries import add_evaluation, add_proposal
 
 REPO = Path(__file__).resolve().parent.parent
 STARTERS = REPO / "problems/starters/softmax"

@@ -10,14 +10,14 @@ import logging
 import pytest
 from test_proposer_openai import FAST_RETRY, OTHER_SOURCE, SOURCE, propose_and_store, proposer_for
 
-from kgen import ledger, store
-from kgen.db import Candidate, open_db
-from kgen.errors import KgenError
-from kgen.history import History
+from kgen.core.errors import KgenError
 from kgen.proposers import make_proposer
 from kgen.proposers.compat import context_overflow, normalize_base_url, versioned_alternative
 from kgen.proposers.extract import extract_candidate
 from kgen.proposers.openai_proposer import RetryPolicy
+from kgen.store import ledger, queries
+from kgen.store.db import Candidate, open_db
+from kgen.store.history import History
 
 from conftest import run_kgen
 from llm_server import Reply, ScriptedLLMServer
@@ -50,13 +50,13 @@ def _ready(server: ScriptedLLMServer, problem, monkeypatch, base_url=None, **kw)
 def test_a_reply_without_usage_stores_unknown_tokens_and_the_ledger_prices_nothing(db, problem, monkeypatch):
     monkeypatch.setenv("KGEN_PRICE_IN", "3")
     monkeypatch.setenv("KGEN_PRICE_OUT", "15")
-    run = store.create_run(db, problem="softmax", problem_path="p", problem_hash=problem.source_hash, size="small",
-                           proposer="openai", model="test-model", language="triton", seed=0, rounds=1,
-                           candidates_per_round=1, settings={}, device="cpu")
+    run = queries.create_run(db, problem="softmax", problem_path="p", problem_hash=problem.source_hash, size="small",
+                             proposer="openai", model="test-model", language="triton", seed=0, rounds=1,
+                             candidates_per_round=1, settings={}, device="cpu")
     with ScriptedLLMServer([Reply.code(SOURCE, usage=False)]) as server:
         [proposal] = proposer_for(server, problem).propose(problem, History(), 1, 0)
-    cid = store.add_proposal(db, proposal, run_id=run, round_index=0, problem=problem.name,
-                             problem_hash=problem.source_hash)
+    cid = queries.add_proposal(db, proposal, run_id=run, round_index=0, problem=problem.name,
+                               problem_hash=problem.source_hash)
     with db.reader() as s:
         call = s.get(Candidate, cid).llm_call
         assert call.outcome == "ok" and (call.tokens_in, call.tokens_out) == (None, None)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kgen.db import Candidate
-from kgen.errors import KgenError
-from kgen.history import History, build_history
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, Proposal
 from kgen.proposers import default_proposer_kind, make_proposer
 from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy, parse_retry_after
-from kgen.records import EvalResult, Proposal
-from kgen.store import add_evaluation, add_proposal
+from kgen.store.db import Candidate
+from kgen.store.history import History, build_history
+from kgen.store.queries import add_evaluation, add_proposal
 
 from llm_server import Reply, ScriptedLLMServer
 

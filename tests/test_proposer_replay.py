@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kgen.db import open_db
-from kgen.errors import KgenError
-from kgen.history import build_history
-from kgen.problems import load_problem
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, Proposal
+from kgen.problems.problem import load_problem
 from kgen.proposers import make_proposer
-from kgen.records import EvalResult, Proposal
-from kgen.store import add_evaluation, add_proposal, create_run
+from kgen.store.db import open_db
+from kgen.store.history import build_history
+from kgen.store.queries import add_evaluation, add_proposal, create_run
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = (REPO / "problems/starters/softmax/triton_online_two_pass.py").read_text()

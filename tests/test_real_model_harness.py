@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from kgen.db import Candidate, open_db
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
+from kgen.store.db import Candidate, open_db
 
 from conftest import REPO
 
@@ -65,7 +65,7 @@ def test_the_file_server_serves_each_prompts_own_reply_and_reports_drift():
 
 @pytest.mark.slow
 def test_a_round_trip_file_to_file_then_replay(tmp_path):
-    from kgen import cluster as ray_cluster
+    from kgen.search import cluster as ray_cluster
 
     work = tmp_path / "rm"
     [prompt_file] = harness.render(work, 1, [str(SOFTMAX)], "small", "triton", 1, 120.0)
@@ -101,9 +101,9 @@ def test_a_round_trip_file_to_file_then_replay(tmp_path):
         assert harness.run_round(work, 3, cluster=cluster) == {"23_Softmax": "skipped: its run has done 1 round(s)"}
 
         # the DB replays: the same reply, prompt and source, with no model
-        from kgen.history import History
-        from kgen.problems import load_problem
+        from kgen.problems.problem import load_problem
         from kgen.proposers import make_proposer
+        from kgen.store.history import History
 
         problem = load_problem(str(work / "problems/23_Softmax.py"), "small")
         replay = make_proposer("replay", problem=problem, replay_db=str(work / "results.db"))

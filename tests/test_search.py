@@ -118,20 +118,20 @@ def test_ctrl_c_or_kill_marks_the_run_interrupted(tmp_path, sig):
 def _replay_db(path: Path) -> Path:
     """A results DB whose log holds, in order: a correct starter and the worker killer (round 0), then
     a retuning of the starter (round 1)."""
-    from kgen import store
-    from kgen.db import open_db
-    from kgen.records import Proposal
+    from kgen.core.records import Proposal
+    from kgen.store import queries
+    from kgen.store.db import open_db
 
     starter = SOFTMAX_STARTER.read_text()
     retuned = starter.replace("BLOCK_SIZE = 8192", "BLOCK_SIZE = 512")
     assert retuned != starter
     db = open_db(str(path))
-    run_id = store.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="-", size="small",
-                              proposer="offline", model=None, language="triton", seed=0, rounds=2,
-                              candidates_per_round=2, settings={}, device="cpu")
+    run_id = queries.create_run(db, problem="softmax", problem_path="softmax.py", problem_hash="-", size="small",
+                                proposer="offline", model=None, language="triton", seed=0, rounds=2,
+                                candidates_per_round=2, settings={}, device="cpu")
     for round_index, source in ((0, starter), (0, (CANDIDATES / "kills_its_worker.py").read_text()), (1, retuned)):
-        store.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=run_id,
-                           round_index=round_index, problem="softmax", problem_hash="-")
+        queries.add_proposal(db, Proposal(source=source, proposer="offline", language="triton"), run_id=run_id,
+                             round_index=round_index, problem="softmax", problem_hash="-")
     db.close()
     return path
 
@@ -162,7 +162,7 @@ def test_a_candidate_cannot_reach_the_worker_evaluating_it(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     db = tmp_path / "results.db"
     if args[:1] == ["--resume"]:
-        from kgen.db import open_db
+        from kgen.store.db import open_db
 
         open_db(str(db)).close()  # an empty results DB to look the run up in
     result = run_kgen("search", "--db", str(db), "--quiet", *args, env={"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})

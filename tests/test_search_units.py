@@ -8,11 +8,11 @@ from dataclasses import asdict
 import pytest
 from rich.console import Console
 
-from kgen.cluster import _check_reachable
-from kgen.errors import KgenError
-from kgen.progress import SearchCounts, SearchProgress, summary_lines
-from kgen.records import EvalResult
-from kgen.search import SearchConfig, SearchSummary, validate
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult
+from kgen.search.cluster import _check_reachable
+from kgen.search.loop import SearchConfig, SearchSummary, validate
+from kgen.search.progress import SearchCounts, SearchProgress, summary_lines
 
 
 def correct(speedup_eager=None, speedup_compile=None) -> EvalResult:
@@ -162,7 +162,7 @@ class _InstantStages:
         return []
 
     def poll(self, timing_open):
-        from kgen.workers import StageEvent
+        from kgen.search.workers import StageEvent
 
         done, self.pending = self.pending[:1], self.pending[1:]
         return [StageEvent("done", job.candidate_id, EvalResult(outcome="correct", language="triton", device="cpu",
@@ -180,7 +180,7 @@ class _ProposesFromResults:
         self.asked = []
 
     def propose(self, problem, history, n, round_index):
-        from kgen.records import Proposal
+        from kgen.core.records import Proposal
 
         self.asked.append((round_index, history.correct_count))
         if round_index > 0 and history.correct_count == 0:
@@ -192,10 +192,10 @@ class _ProposesFromResults:
 def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_path):
     # Seen on the H100: with overlapping rounds, round 2 was asked for before round 1 was timed, the
     # offline proposer had no parent yet, and the search stopped after one round of four.
-    from kgen.db import Candidate, open_db
-    from kgen.problems import load_problem
-    from kgen.records import EvalSettings
-    from kgen.search import Search
+    from kgen.core.records import EvalSettings
+    from kgen.problems.problem import load_problem
+    from kgen.search.loop import Search
+    from kgen.store.db import Candidate, open_db
 
     db = open_db(str(tmp_path / "k.db"))
     config = SearchConfig(problem="softmax", rounds=3, candidates=2, proposer="offline", size="small")

@@ -1,4 +1,4 @@
-"""The tolerance rule of issue 33 (kgen.verify): torch's own forward in the problem's dtype never fails
+"""The tolerance rule of issue 33 (kgen.judge.verify): torch's own forward in the problem's dtype never fails
 it, TF32 and fp16 shortcuts still do, an overflow of torch's own forward is reported and not held
 against the candidate, the prompt states the judge's own rule, and through `kgen eval` in Triton's
 interpreter an honest fp32 attention is correct, a TF32 matmul is not, and a cumprod whose ×100 trial
@@ -20,12 +20,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kgen import verify
-from kgen.cli import eval_lines
-from kgen.history import History
-from kgen.problems import load_problem
-from kgen.prompts import PromptRenderer, prompt_context
-from kgen.records import EvalResult
+from kgen.cli.evaluate import eval_lines
+from kgen.core.records import EvalResult
+from kgen.judge import verify
+from kgen.problems.problem import load_problem
+from kgen.proposers.prompts import PromptRenderer, prompt_context
+from kgen.store.history import History
 
 from conftest import PROBLEM_FILES
 
@@ -33,7 +33,7 @@ CANDIDATES = Path(__file__).resolve().parent / "candidates"
 SDPA, CUMPROD, GEMM_GROUPNORM = (str(PROBLEM_FILES / f) for f in
                                  ("kb_l1_97_sdpa.py", "kb_l1_90_cumprod.py", "kb_l2_62_matmul_groupnorm.py"))
 RTOL = verify.default_rtol(torch.float32)
-# the judge's trials: fresh seeds, the last one's floating inputs ×100 (kgen.judge.Judge.make_trials)
+# the judge's trials: fresh seeds, the last one's floating inputs ×100 (kgen.judge.judge.Judge.make_trials)
 TRIALS = [(11, 1.0), (12, 1.0), (13, 1.0), (14, 1.0), (15, 100.0), (16, 100.0), (17, 100.0)]
 
 
@@ -212,7 +212,7 @@ def test_kgen_eval_says_where_torch_fp32_overflowed(evals):
 
 
 def test_kgen_show_prints_torchs_own_error_and_any_overflow():
-    from kgen import fmt
+    from kgen.core import fmt
 
     details = {"torch_own_error": {"dtype": "float32", "factor": 4.0, "norm_rel_err": 2.5e-6, "elem_err": 3e-4,
                                    "trials": [{"overflow": 0}] * 4 + [{"overflow": 12}]}}

@@ -66,11 +66,19 @@ def test_the_wheel_carries_problems_starters_and_prompts(wheel):
     assert not any("__pycache__" in n for n in names)
 
 
+def test_the_wheel_carries_every_module_of_the_package_the_migrations_among_them(wheel):
+    """pyproject.toml lists the packages one by one: a subpackage left off that list would be missing here."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {str(p.relative_to(REPO)) for p in (REPO / "kgen").rglob("*.py")}
+    assert sorted(modules - names) == []
+    assert {"kgen/store/migrations/env.py", "kgen/store/migrations/versions/0001_baseline.py"} <= modules
+
+
 @pytest.mark.slow
 def test_kgen_from_the_wheel_lists_problems_and_searches_outside_the_checkout(fresh_venv, tmp_path):
     kgen = fresh_venv / "bin" / "kgen"
     where = _run([str(fresh_venv / "bin" / "python"), "-c",
-                  "import kgen, kgen.resources as r; print(kgen.__file__); print(r.problems_dir()); "
+                  "import kgen, kgen.core.resources as r; print(kgen.__file__); print(r.problems_dir()); "
                   "print(r.prompts_dir())"], cwd=tmp_path, env=_env(tmp_path)).stdout.split()
     assert all(Path(p).is_relative_to(fresh_venv) for p in where), where
     assert not any(Path(p).is_relative_to(REPO) for p in where)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 from file_server import FileReplyServer  # noqa: E402
 
-from kgen.errors import KgenError  # noqa: E402
+from kgen.core.errors import KgenError  # noqa: E402
 
 FILE_MODEL = "file-model"  # the model name the loopback server offers in file mode
 STATE = "harness.json"
@@ -66,7 +66,7 @@ def save_settings(work: Path, settings: Settings) -> None:
 
 def problem_files(paths: list[str], work: Path) -> dict[str, str]:
     """The problems, copied into WORK/problems (the folder holds everything its runs need)."""
-    from kgen.problems import load_problem
+    from kgen.problems.problem import load_problem
 
     files: list[Path] = []
     for p in map(Path, paths):
@@ -87,7 +87,7 @@ def problem_files(paths: list[str], work: Path) -> dict[str, str]:
 def freeze_prompts(work: Path) -> str:
     """The templates as they are now, copied into WORK/prompts: a later edit of kgen's templates does
     not change the prompts of a measurement under way."""
-    from kgen.prompts import TEMPLATES, bundled_prompts_dir
+    from kgen.proposers.prompts import TEMPLATES, bundled_prompts_dir
 
     folder = work / "prompts"
     folder.mkdir(exist_ok=True)
@@ -106,20 +106,20 @@ def round_dir(work: Path, round_no: int) -> Path:
 
 
 def device_name() -> str:
-    """The device's name as the search's worker reports it (kgen.workers), on this machine."""
+    """The device's name as the search's worker reports it (kgen.search.workers), on this machine."""
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def open_results(work: Path):
-    from kgen.db import open_db
+    from kgen.store.db import open_db
 
     return open_db(str(work / "results.db"))
 
 
 def rounds_done(db, run_id: Optional[int]) -> int:
-    from kgen.store import get_run
+    from kgen.store.queries import get_run
 
     return 0 if run_id is None else get_run(db, run_id).rounds_done
 
@@ -136,10 +136,10 @@ def prompt_text(problem: str, round_no: int, job: Any, reply: str) -> str:
 def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, language: str, candidates: int,
            timeout_s: float, force: bool = False) -> list[Path]:
     """Write round `round_no`'s prompt files; returns them."""
-    from kgen.history import build_history
-    from kgen.problems import load_problem
-    from kgen.prompts import PromptRenderer
+    from kgen.problems.problem import load_problem
     from kgen.proposers.openai_proposer import OpenAIProposer
+    from kgen.proposers.prompts import PromptRenderer
+    from kgen.store.history import build_history
 
     work.mkdir(parents=True, exist_ok=True)
     if round_no == 1:
@@ -185,7 +185,7 @@ def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, lan
 def _extend_run(db, run_id: int, rounds: int, base_url: str, model: str) -> None:
     """Let a run go on for one more round, from a server on a new port: the run's stored settings are
     what `--resume` reads."""
-    from kgen.db import Run
+    from kgen.store.db import Run
 
     with db.session() as s:
         run = s.get(Run, run_id)
@@ -196,7 +196,7 @@ def _extend_run(db, run_id: int, rounds: int, base_url: str, model: str) -> None
 
 def _search_config(settings: Settings, path: str, round_no: int, base_url: str, model: str,
                    api_key_env: str, retries: int):
-    from kgen.search import SearchConfig
+    from kgen.search.loop import SearchConfig
 
     return SearchConfig(problem=path, rounds=round_no, candidates=settings.candidates, proposer="openai",
                         language=settings.language, size=settings.size, timeout_s=settings.timeout_s, model=model,
@@ -206,7 +206,7 @@ def _search_config(settings: Settings, path: str, round_no: int, base_url: str, 
 
 def _search_round(db, settings: Settings, name: str, round_no: int, base_url: str, model: str, cluster,
                   api_key_env: str = "OPENAI_API_KEY", retries: int = 1) -> int:
-    from kgen.search import run_search
+    from kgen.search.loop import run_search
 
     path = settings.problems[name]
     run_id = (settings.runs or {}).get(name)
@@ -223,7 +223,7 @@ def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: 
               api_key_env: str = "OPENAI_API_KEY", cluster=None) -> dict[str, str]:
     """Evaluate round `round_no` for every problem ready for it; returns problem -> what happened.
     File mode (no base_url): each problem's reply files are served verbatim on 127.0.0.1."""
-    from kgen import cluster as ray_cluster
+    from kgen.search import cluster as ray_cluster
 
     settings = load_settings(work)
     folder = round_dir(work, round_no)
@@ -286,7 +286,7 @@ def _latest_run(db, name: str) -> Optional[int]:
     """The newest run of a problem: the one a failed search had created before it failed."""
     from sqlalchemy import select
 
-    from kgen.db import Run
+    from kgen.store.db import Run
 
     with db.reader() as s:
         return s.scalars(select(Run.id).where(Run.problem == name).order_by(Run.id.desc())).first()
@@ -296,7 +296,7 @@ def _dump_calls(db, run_id: int, name: str, round_no: int, folder: Path) -> None
     """Endpoint mode: the prompts sent and the replies received, as the files file mode reads."""
     from sqlalchemy import select
 
-    from kgen.db import Candidate
+    from kgen.store.db import Candidate
 
     with db.reader() as s:
         calls = [c.llm_call for c in s.scalars(select(Candidate).where(Candidate.run_id == run_id,
@@ -324,7 +324,7 @@ def rows(work: Path) -> list[Row]:
     from sqlalchemy import select
     from sqlalchemy.orm import selectinload
 
-    from kgen.db import Candidate, latest_evaluation
+    from kgen.store.db import Candidate, latest_evaluation
 
     settings = load_settings(work)
     ids = {run_id: name for name, run_id in (settings.runs or {}).items()}

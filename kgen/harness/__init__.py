@@ -1,6 +1,6 @@
 """The untrusted side of an evaluation: code that runs in the same process as a candidate.
 
-Everything here runs inside the sandbox (kgen.sandbox starts it under bubblewrap), in the *runner*
+Everything here runs inside the sandbox (kgen.judge.sandbox starts it under bubblewrap), in the *runner*
 (`python -m kgen.harness.runner`, which imports, verifies-by-proxy and times the candidate) or the
 *compile step* (`python -m kgen.harness.compile_step`, which builds its CUDA extensions and Triton
 kernels into a cache the runner then loads read-only). The judge (kgen.judge), which never runs

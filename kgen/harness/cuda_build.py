@@ -69,7 +69,7 @@ def cache_root() -> Path:
     own directory, writable only by that source's compile step), else the cache's cuda_build/."""
     if os.environ.get("KGEN_CUDA_BUILD_DIR"):
         return Path(os.environ["KGEN_CUDA_BUILD_DIR"])
-    from kgen.resources import cache_dir
+    from kgen.core.resources import cache_dir
 
     return cache_dir() / "cuda_build"
 
@@ -224,7 +224,7 @@ PCH_BUILD_TIMEOUT_S = 900
 
 
 def pch_root() -> Path:
-    from kgen.resources import cache_dir
+    from kgen.core.resources import cache_dir
 
     return cache_dir() / "builds" / "torch-pch"
 

@@ -49,7 +49,7 @@ The calls the runner makes after the candidate's import (kgen.harness.runner), a
   the signal handlers unchanged (each would run the candidate's code inside the runner's own calls).
 
 What this cannot do: it runs in the candidate's process, so a candidate that writes memory with
-ctypes, or rewrites this module's own code first, gets past it. The judge's clock (kgen.judge,
+ctypes, or rewrites this module's own code first, gets past it. The judge's clock (kgen.judge.timing,
 measured slack) bounds whatever a timing lie gains beyond its measured noise.
 """
 

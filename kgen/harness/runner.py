@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Optional
 from kgen.harness.protocol import Channel, ChannelClosed, Layout, RunnerJob, decode_value, open_arena
 
 # GPU clock cycles the GPU waits before each timed run's start event (about 1 ms at Hopper's 1.98 GHz):
-# the host's launch latency is hidden behind it (see Runner.timed). kgen.timing uses the same figure.
+# the host's launch latency is hidden behind it (see Runner.timed). kgen.judge.baseline_timing uses the same figure.
 LAUNCH_SHADOW_CYCLES = 2_000_000
 
 POISON_BYTE = 0xFF  # every byte 0xFF is a NaN in fp16, bf16, fp32 and fp64 alike
@@ -606,7 +606,7 @@ class Runner:
 
     def window(self) -> None:
         """One forward between cudaProfilerStart and cudaProfilerStop: what Nsight Compute, started
-        with --profile-from-start off around this process (kgen.ncu_profile), profiles."""
+        with --profile-from-start off around this process (kgen.judge.ncu_profile), profiles."""
         torch = self.torch
         model = self.models["candidate"]
         args = self.args()

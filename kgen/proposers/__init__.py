@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Optional, Protocol, runtime_checkable
 
-from kgen.errors import KgenError
-from kgen.history import History
-from kgen.problems import Problem
-from kgen.records import LANGUAGE_CHOICES, PROPOSER_KINDS, Proposal
+from kgen.core.errors import KgenError
+from kgen.core.records import LANGUAGE_CHOICES, PROPOSER_KINDS, Proposal
+from kgen.problems.problem import Problem
+from kgen.store.history import History
 
 
 @runtime_checkable
@@ -46,8 +46,8 @@ def make_proposer(kind: str, *, problem: Problem, language: str = "any", seed: i
     if language not in LANGUAGE_CHOICES:
         raise KgenError(f"unknown language '{language}' (choose {', '.join(LANGUAGE_CHOICES)})")
     if kind == "openai":
-        from kgen.prompts import PromptRenderer
         from kgen.proposers.openai_proposer import OpenAIProposer, RetryPolicy
+        from kgen.proposers.prompts import PromptRenderer
 
         if concurrency < 1:
             raise KgenError(f"concurrency must be at least 1 (got {concurrency})")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from kgen.errors import KgenError
+from kgen.core.errors import KgenError
 
 # --- base URLs ----------------------------------------------------------------------------------
 

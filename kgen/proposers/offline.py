@@ -34,14 +34,14 @@ from itertools import combinations, product
 from pathlib import Path
 from typing import Optional
 
-from kgen import pyast
-from kgen.errors import KgenError
-from kgen.history import History, kernel_shape
-from kgen.problems import Problem
-from kgen.records import Proposal
-from kgen.resources import problems_dir
-from kgen.static_checks import detect_language
-from kgen.store import normalized_source_hash
+from kgen.core import pyast
+from kgen.core.errors import KgenError
+from kgen.core.records import Proposal
+from kgen.core.resources import problems_dir
+from kgen.judge.static_checks import detect_language
+from kgen.problems.problem import Problem
+from kgen.store.history import History, kernel_shape
+from kgen.store.queries import normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.offline")
 

@@ -36,10 +36,10 @@ from typing import Any, Optional
 
 import openai
 
-from kgen.errors import KgenError
-from kgen.history import History
-from kgen.problems import Problem
-from kgen.prompts import PromptRenderer, failure_view, prompt_context
+from kgen.core.errors import KgenError
+from kgen.core.records import Proposal
+from kgen.judge.static_checks import detect_language
+from kgen.problems.problem import Problem
 from kgen.proposers.compat import (
     ContextOverflow,
     EmbeddedError,
@@ -55,9 +55,9 @@ from kgen.proposers.compat import (
 )
 from kgen.proposers.compat import one_line as _one_line
 from kgen.proposers.extract import extract_candidate
-from kgen.records import Proposal
-from kgen.static_checks import detect_language
-from kgen.store import ScoredCandidate, normalized_source_hash
+from kgen.proposers.prompts import PromptRenderer, failure_view, prompt_context
+from kgen.store.history import History
+from kgen.store.queries import ScoredCandidate, normalized_source_hash
 
 log = logging.getLogger("kgen.proposers.openai")
 

@@ -15,12 +15,12 @@ from typing import Optional
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from kgen.db import Candidate, Run, latest_evaluation, mask_url, open_db
-from kgen.errors import KgenError
-from kgen.history import History
-from kgen.problems import Problem
-from kgen.records import NO_CODE, Proposal
-from kgen.store import normalized_source_hash
+from kgen.core.errors import KgenError
+from kgen.core.records import NO_CODE, Proposal
+from kgen.problems.problem import Problem
+from kgen.store.db import Candidate, Run, latest_evaluation, mask_url, open_db
+from kgen.store.history import History
+from kgen.store.queries import normalized_source_hash
 
 
 class ReplayProposer:

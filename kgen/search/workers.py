@@ -1,0 +1,550 @@
+"""The two evaluation stages on a Ray cluster (kgen.search.cluster starts or joins it).
+
+- Compile stage: `compile_candidate` tasks (one CPU each, spread over the cluster's nodes, as many
+  at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
+  cache.
+- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (one per GPU
+  by default), each evaluating one candidate at a time (in its own process, as
+  `evaluate_candidate` does), so timings never share a GPU.
+
+A candidate runs in a sandboxed process of its own that cannot reach its Ray worker, so a Ray
+worker or node that dies is never the candidate's fault: whatever it had in flight goes back to
+the queue of its stage, at most MAX_REQUEUES times, and is then recorded as a harness_error that
+says the workers kept dying. A `harness_error` result (kgen's own fault) is evaluated once more the
+same way. Each result records in `details["nodes"]` the Ray node of its compile and of its
+evaluation, and in `details["requeued"]` every attempt that did not finish.
+
+Workers import kgen from their own Python (on a local cluster, this checkout; on another cluster,
+each node's own install) and load the problem themselves, not from a pickled module: a bundled
+problem by name, any other by its path (see problem_ref), checked against the driver's copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from kgen.core.errors import KgenError
+from kgen.core.records import EvalResult, EvalSettings, Outcome
+from kgen.search.cluster import Cluster, where_am_i
+
+# A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
+# candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
+ACTOR_GRACE_S = 120.0
+# Attempts a candidate gets after the first when the Ray worker or node running it dies.
+MAX_REQUEUES = 2
+# ... and after a harness_error result.
+MAX_HARNESS_RETRIES = 1
+
+
+def problem_ref(problem_path: Optional[str]) -> Optional[str]:
+    """What workers load a problem by: a bundled problem's name (each node finds its own install's copy,
+    wherever kgen is installed there), any other problem's path (which every node must be able to read).
+    None: the stages have no problem of their own, each job names its own (a collection)."""
+    from kgen.core.resources import problems_dir
+
+    if problem_path is None:
+        return None
+    path = Path(problem_path).resolve()
+    return path.stem if path.parent == problems_dir().resolve() else str(path)
+
+
+@functools.lru_cache(maxsize=32)  # a collection judges many problems in turn
+def _load(problem: str, size: str, source_hash: Optional[str] = None):
+    """The problem as the driver has it: a node whose copy differs (another kgen version, an edited
+    file) stops the search with one line rather than judge candidates against another reference."""
+    from kgen.problems.problem import load_problem
+
+    loaded = load_problem(problem, size)
+    if source_hash is not None and loaded.source_hash != source_hash:
+        raise KgenError(f"the problem file {loaded.path} on {socket.gethostname()} differs from the driver's: "
+                        "install the same kgen on every Ray node (and keep problem files the same)")
+    return loaded
+
+
+def _compile(problem: str, size: str, source_hash: str, source: str,
+             settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
+    """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
+    the node it ran on)."""
+    from kgen.judge.evaluate import prebuild
+
+    info: dict = {"start": round(time.time(), 3)}  # when (epoch s): kgen bench's per-GPU waits read it
+    result = prebuild(_load(problem, size, source_hash), source, settings, info)
+    info["end"] = round(time.time(), 3)
+    return result, info, where_am_i()
+
+
+@dataclass(frozen=True)
+class Device:
+    """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), the compute
+    capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load), and
+    the Ray node the evaluator runs on."""
+
+    name: str
+    cuda_arch: Optional[str]
+    node_id: Optional[str] = None
+
+
+class _Evaluator:
+    """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
+
+    def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
+        self.problem = (problem, size, source_hash)
+        if problem is not None:
+            _load(*self.problem)
+        # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self.spares = None
+        self._stopped = None  # the spares' paused() context while the search times its baselines
+
+    def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
+        """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
+        evaluator's own (a collection's entries each name theirs)."""
+        import ray
+
+        from kgen.judge.evaluate import evaluate_candidate, sandbox_mode
+        from kgen.judge.spares import SpareRunners
+
+        mode = sandbox_mode(settings)
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        started = time.time()
+        result = evaluate_candidate(_load(*(problem or self.problem)), source, settings, self.spares)
+        # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
+        result.details.setdefault("nodes", {})["evaluation"] = dict(
+            where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
+        return result
+
+    def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
+        """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.judge.baselines, in
+        a child process of kgen's own), so a collection's baselines take turns with its candidates on
+        every GPU instead of one; the driver stores them. None when they could not be timed."""
+        from kgen.judge.baselines import time_baselines
+
+        return time_baselines(_load(*problem), max_autotune)
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
+        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
+        them make their CUDA contexts: they start while the search times its baselines, not when the
+        first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
+        from kgen.judge.evaluate import sandbox_mode
+        from kgen.judge.spares import SpareRunners
+
+        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
+        if self.spares is None or self.spares.mode is not mode:
+            self.spares = SpareRunners(mode)
+        device = self._judge_device()
+        depth = SpareRunners.DEPTH if device != "cpu" else {}
+        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
+        if device != "cpu":
+            self.spares.warm()
+
+    def stop_spares(self, stopped: bool) -> None:
+        """SIGSTOP (True) or SIGCONT (False) the waiting sandboxes: the baselines are timed meanwhile."""
+        if stopped and self.spares is not None and self._stopped is None:
+            self._stopped = self.spares.paused()
+            self._stopped.__enter__()
+        elif not stopped and self._stopped is not None:
+            self._stopped.__exit__(None, None, None)
+            self._stopped = None
+
+    @staticmethod
+    def _judge_device() -> str:
+        """The device as the judge keys its spares: this worker's GPU (as evaluations ask for "cuda"), or cpu."""
+        import torch
+
+        from kgen.judge.spares import spare_key
+
+        return spare_key("cuda") if torch.cuda.is_available() else "cpu"
+
+    def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
+        """A Nsight Compute profile of a correct candidate (kgen.judge.ncu_profile), or {"unavailable": why}
+        when none can be taken here."""
+        from kgen.judge.ncu_profile import NcuUnavailable, profile_candidate
+
+        try:
+            return profile_candidate(_load(*self.problem), source, settings, budget_s)
+        except NcuUnavailable as e:
+            return {"unavailable": str(e)}
+
+    def device(self) -> Device:
+        import ray
+        import torch
+
+        node_id = ray.get_runtime_context().get_node_id()
+        if not torch.cuda.is_available():
+            return Device(name="cpu", cuda_arch=None, node_id=node_id)
+        major, minor = torch.cuda.get_device_capability(0)
+        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored candidate waiting for its evaluation."""
+
+    candidate_id: int
+    source: str
+    problem: Optional[tuple] = None  # (problem ref, size, source hash) when not the stages' own (a collection)
+
+
+@dataclass(frozen=True)
+class StageEvent:
+    """A candidate entering a stage ('compiling', 'timing'), going back to one ('requeued', with a
+    note saying why), or leaving the last one ('done', with its result)."""
+
+    kind: str
+    candidate_id: int
+    result: Optional[EvalResult] = None
+    note: str = ""
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
+
+
+class Stages:
+    """The compile and timing stages on a cluster. `run(jobs, settings)` yields each candidate's events
+    as they happen, results in the order they finish, so a slow candidate never holds up the others.
+
+    An evaluator whose worker died is restarted by Ray (on another node if its own is gone, once one
+    has the resource it needs); it gets no new candidate until it answers a ping again (a task sent
+    to a restarting actor would fail, and the candidate with it)."""
+
+    # What each stage runs: `compile_function(problem, size, source_hash, source, settings)` and the
+    # evaluator actor class (`(problem, size, source_hash)`, `evaluate(source, settings)`, `device()`);
+    # tests put stand-ins here.
+    compile_function = staticmethod(_compile)
+    evaluator_class = _Evaluator
+
+    def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
+        import ray
+
+        from kgen.search.cluster import Reservation
+
+        self.problem = (problem_ref(problem_path), size, source_hash)
+        placement = cluster.placement
+        # The placement's slots, reserved whole (or a one-line KgenError within a minute): the compile tasks
+        # share each node's CPUs the evaluators leave. A placement without slots (a test's) is left to Ray.
+        self._reservation = Reservation(placement) if placement.evaluators else None
+        # else SPREAD: a round's compiles (30-70 s each for CUDA) use every node's CPUs, not the driver's first
+        compile_options = (self._reservation.compile_options() if self._reservation
+                           else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
+        self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
+        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
+        self._actor_options = placement.actor_options
+        self.actors = [self._new_actor(index) for index in range(placement.count)]
+        self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
+        self._free: list[int] = []  # actors that answered their ping and have no candidate
+        self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
+        self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
+        self._compiling: dict = {}  # compile task ref -> (job, settings)
+        self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
+        self._timing: dict = {}  # evaluation ref -> (job, settings, actor index, started)
+        self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
+        self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
+        self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
+        for index in range(len(self.actors)):
+            self._ping(index)  # free once it answers, and then its node is known
+
+    def prestart(self, sandbox: str, language: str) -> None:
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
+        without them (a test's stand-in) starts them with its first candidate as before."""
+        if not hasattr(self.evaluator_class, "prestart"):
+            return
+        for actor in self.actors:
+            actor.prestart.remote(sandbox, language)
+
+    @contextlib.contextmanager
+    def spares_stopped(self, timeout_s: float = 30.0) -> Iterator[None]:
+        """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
+        of the search's own competes with them for the CPU that launches their kernels."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "stop_spares"):
+            yield
+            return
+        ray.wait([a.stop_spares.remote(True) for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+        try:
+            yield
+        finally:
+            ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
+                     timeout=timeout_s)
+
+    def _new_actor(self, index: int):
+        options = self._reservation.actor_options(index) if self._reservation else self._actor_options
+        return self._actor_class.options(**options).remote(*self.problem)
+
+    @property
+    def evaluator_count(self) -> int:
+        return len(self.actors)
+
+    def device(self) -> Device:
+        import ray
+
+        device = ray.get(self.actors[0].device.remote())
+        self._actor_nodes[0] = device.node_id
+        return device
+
+    def _ping(self, index: int) -> None:
+        """Ask the actor where it runs; it takes candidates again once it answers (see _pinged)."""
+        self._pings[self.actors[index].device.remote()] = index
+
+    def _pinged(self, ref) -> None:
+        """A ping came back: the actor is free again, still restarting (ping later), or gone for
+        good (start a new one)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayError
+
+        index = self._pings.pop(ref)
+        try:
+            self._actor_nodes[index] = ray.get(ref).node_id
+        except ActorUnavailableError:
+            self._ping_later.append((time.monotonic() + 0.5, index))
+            return
+        except RayError:
+            self.actors[index] = self._new_actor(index)
+            self._ping(index)
+            return
+        self._free.append(index)
+
+    @staticmethod
+    def _raise_if_kgens_own(error: Exception) -> None:
+        """An exception raised by kgen's own code in a worker is a bug and propagates (Ctrl-C that reached
+        the workers stops the search); any other Ray error means the worker or its node died."""
+        from ray.exceptions import RayTaskError
+
+        if isinstance(error, RayTaskError):
+            if isinstance(error.cause, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            if isinstance(error.cause, KgenError):  # bad input met on a node (say, its problem file differs)
+                raise error.cause from None
+            raise error
+
+    def _send_to_compile(self, job: Job, settings: EvalSettings) -> None:
+        ref = self._compile_task.remote(*(job.problem or self.problem), job.source, settings)
+        self._compiling[ref] = (job, settings)
+
+    def _tries(self, candidate_id: int, kind: str) -> int:
+        return sum(a["kind"] == kind for a in self._requeued.get(candidate_id, []))
+
+    def _requeue(self, job: Job, settings: EvalSettings, stage: str, kind: str, reason: str,
+                 node: Optional[str], limit: int) -> StageEvent:
+        """Record the attempt that did not finish and put the candidate back in the queue of `stage`."""
+        self._requeued.setdefault(job.candidate_id, []).append(
+            {"stage": stage, "kind": kind, "node": node, "error": reason})
+        if stage == "compile":
+            self._send_to_compile(job, settings)
+        else:
+            self._ready.appendleft((job, settings))  # it has waited its turn once already
+        what = "its worker died" if kind == "worker_died" else "kgen's harness failed"
+        tries = self._tries(job.candidate_id, kind)
+        return StageEvent("requeued", job.candidate_id, note=f"{what} in the {stage} stage ({reason}); "
+                                                              f"re-queued, attempt {tries + 1} of {limit + 1}")
+
+    def _worker_died(self, job: Job, settings: EvalSettings, stage: str, error: Exception,
+                     node: Optional[str]) -> StageEvent:
+        """Its Ray worker or node died under a candidate: again, or after MAX_REQUEUES more attempts, a
+        harness_error that says so (the candidate cannot reach its worker: never its fault)."""
+        reason = f"{type(error).__name__}: {_first_line(error)}"
+        if self._tries(job.candidate_id, "worker_died") < MAX_REQUEUES:
+            return self._requeue(job, settings, stage, "worker_died", reason, node, MAX_REQUEUES)
+        self._requeued.setdefault(job.candidate_id, []).append(
+            {"stage": stage, "kind": "worker_died", "node": node, "error": reason})
+        return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
+            outcome=Outcome.HARNESS_ERROR.value, device=settings.device, size=settings.size,
+            message=f"the Ray workers running this candidate kept dying ({MAX_REQUEUES + 1} attempts; the last "
+                    f"in the {stage} stage: {reason}); not the candidate's fault, it cannot reach its worker")))
+
+    def _finish(self, candidate_id: int, result: EvalResult) -> EvalResult:
+        """The result with where its stages ran, its unfinished attempts and its compile stage's record."""
+        nodes = dict(self._nodes.pop(candidate_id, {}), **result.details.get("nodes", {}))
+        if nodes:
+            result.details["nodes"] = nodes
+        if candidate_id in self._requeued:
+            result.details["requeued"] = self._requeued.pop(candidate_id)
+        info = self._compiled.pop(candidate_id, None)
+        if info:  # the compile stage's seconds and builds go with the result
+            result.details["compile_stage"] = info
+            if result.compile_s is None:
+                result.compile_s = info.get("compile_s")
+        return result
+
+    # The stages as a scheduler the search feeds while earlier candidates are still in flight:
+    # `submit` sends jobs to the compile stage, `poll` moves them along and returns what happened.
+
+    @property
+    def compiling_count(self) -> int:
+        return len(self._compiling)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._compiling) + len(self._ready) + len(self._timing)
+
+    def submit(self, jobs: list[Job], settings: EvalSettings) -> list[StageEvent]:
+        """Send jobs to the compile stage (CPU tasks, all at once: Ray queues what the CPUs cannot take)."""
+        for job in jobs:
+            self._send_to_compile(job, settings)
+        return [StageEvent("compiling", job.candidate_id) for job in jobs]
+
+    def _compile_done(self, ref) -> Optional[StageEvent]:
+        import ray
+        from ray.exceptions import RayError
+
+        job, settings = self._compiling.pop(ref)
+        try:
+            failure, info, node = ray.get(ref)
+        except RayError as e:
+            self._raise_if_kgens_own(e)
+            return self._worker_died(job, settings, "compile", e, None)
+        self._nodes[job.candidate_id] = {"compile": node}
+        if info:
+            self._compiled[job.candidate_id] = info
+        if failure is not None:
+            return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, failure))
+        self._ready.append((job, settings))
+        return None
+
+    def _evaluation_done(self, ref) -> StageEvent:
+        import ray
+        from ray.exceptions import RayError
+
+        job, settings, index, _ = self._timing.pop(ref)
+        try:
+            result = ray.get(ref)
+        except RayError as e:
+            self._raise_if_kgens_own(e)
+            self._ping(index)
+            return self._worker_died(job, settings, "evaluation", e, self._actor_nodes[index])
+        self._free.append(index)
+        if (result.outcome == Outcome.HARNESS_ERROR.value
+                and self._tries(job.candidate_id, "harness_error") < MAX_HARNESS_RETRIES):
+            return self._requeue(job, settings, "evaluation", "harness_error", result.message.strip()[:300],
+                                 self._actor_nodes[index], MAX_HARNESS_RETRIES)
+        return StageEvent("done", job.candidate_id, self._finish(job.candidate_id, result))
+
+    def _next_ready(self, timing_open) -> Optional[tuple]:
+        """The first compiled (job, settings) that may be timed now: any while `timing_open` is True, none
+        while it is False, else the first job `timing_open(job)` accepts (a collection times a problem's
+        candidates once that problem's baselines are in)."""
+        if timing_open is True or timing_open is False:
+            return self._ready.popleft() if timing_open and self._ready else None
+        for k, item in enumerate(self._ready):
+            if timing_open(item[0]):
+                del self._ready[k]
+                return item
+        return None
+
+    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
+        predicate on the job: the search holds the GPUs back while its baselines are being timed), wait
+        up to `timeout_s` for anything to finish, and return the events: 'timing' for each dispatch,
+        'requeued' for each attempt a dead worker cut short, 'done' with each result."""
+        import ray
+
+        events: list[StageEvent] = []
+        while self._free and (item := self._next_ready(timing_open)) is not None:
+            (job, settings), index = item, self._free.pop(0)
+            ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
+            self._timing[ref] = (job, settings, index, time.monotonic())
+            events.append(StageEvent("timing", job.candidate_id))
+        now = time.monotonic()
+        for when, index in [p for p in self._ping_later if p[0] <= now]:
+            self._ping_later.remove((when, index))
+            self._ping(index)
+        waiting = list(self._compiling) + list(self._timing) + list(self._pings)
+        if not waiting:
+            time.sleep(min(timeout_s, 0.2))
+            return events
+        done, _ = ray.wait(waiting, num_returns=1, timeout=timeout_s)
+        for ref in done:
+            if ref in self._pings:
+                self._pinged(ref)
+            elif ref in self._compiling:
+                event = self._compile_done(ref)
+                if event is not None:
+                    events.append(event)
+            else:
+                events.append(self._evaluation_done(ref))
+        now = time.monotonic()
+        for ref, (job, settings, index, started) in list(self._timing.items()):
+            limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
+            if now - started > limit_s:
+                del self._timing[ref]
+                ray.kill(self.actors[index], no_restart=False)
+                self._ping(index)
+                # the judge enforces the candidate's own limit; an evaluator silent far past it is kgen's fault
+                events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
+                    outcome="harness_error", device=settings.device, size=settings.size,
+                    message=f"no result from its evaluation worker after {limit_s:.0f} s (the judge enforces the "
+                            "candidate's time limit itself); the worker was killed and restarted"))))
+        return events
+
+    def cancel(self) -> None:
+        """Drop everything in flight (Ctrl-C, an error): compile tasks are force-cancelled; actor
+        tasks cannot be, and end with the cluster."""
+        import ray
+
+        for ref in self._compiling:
+            ray.cancel(ref, force=True)
+        for ref in self._timing:
+            ray.cancel(ref)
+        self._compiling.clear()
+        self._ready.clear()
+        self._timing.clear()
+        self._compiled.clear()
+        self._nodes.clear()
+        self._requeued.clear()
+
+    def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
+        """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
+        gives a dict, or None. An actor runs its calls one at a time, so a baseline never shares a GPU
+        with a candidate (one sent to a busy evaluator waits for its candidate, and delays the next)."""
+        return self.actors[index].baselines.remote(problem, max_autotune)
+
+    def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
+        """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is
+        evaluating now): the profile, {"error": why} for this candidate, or {"unavailable": why}."""
+        import ray
+
+        method = getattr(self.actors[0], "ncu_profile", None)
+        if method is None:  # an evaluator class without profiles (a stand-in's, say)
+            return {"unavailable": "this evaluator does not take Nsight Compute profiles"}
+        ref = method.remote(source, settings, budget_s)
+        try:
+            return ray.get(ref, timeout=budget_s + settings.timeout_s + ACTOR_GRACE_S)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref)
+            return {"error": "the profile did not finish in time"}
+        except Exception as e:  # noqa: BLE001 - a worker that died: no profile, the search goes on
+            return {"error": _first_line(e)}
+
+    def close(self) -> None:
+        """The search is over: drop what is in flight and let the evaluators go, so a next search on the
+        same cluster (kgen bench) gets their GPUs. Each exits as its own process would (its spare
+        worker processes stopped), once its current task, if any, ends; then the reserved slots go back
+        (after 10 s at most: an evaluator still busy then is ended with them)."""
+        import ray
+
+        self.cancel()
+        ends = [actor.__ray_terminate__.remote() for actor in self.actors]
+        if self._reservation is not None:  # its slots go back once the evaluators have ended (or 10 s on)
+            ray.wait(ends, num_returns=len(ends), timeout=10)
+            self._reservation.release()
+
+    def run(self, jobs: list[Job], settings: EvalSettings) -> Iterator[StageEvent]:
+        """All of `jobs` through both stages; events as they happen, results in the order they finish."""
+        try:
+            yield from self.submit(jobs, settings)
+            while self.in_flight:
+                yield from self.poll()
+        finally:
+            self.cancel()
