@@ -57,10 +57,10 @@ import triton.language as tl
 BLOCK_M = 128
 BLOCK_N = 32
 NSUB = 3          # channel tiles of BLOCK_N per program (1-3), all multiplying the same A tiles
-MODE = 2          # 1: promote every K step; 2: hi*w_hi apart from the two small products; 3: those two as one dot
+MODE = 1          # 1: promote every K step; 2: hi*w_hi apart from the two small products; 3: those two as one dot
 A_L1 = 0          # 1: A loaded in 8-byte .ca pieces (through L1), 0: 16-byte cp.async (L2 only)
 A_REGS = 0        # 1: A as a register operand of the MMAs (read from shared memory once per step, not per dot)
-NUM_WARPS = 8
+NUM_WARPS = 4
 NUM_STAGES = 4
 MAXNREG = 0       # registers per thread cap (0: none); 128 lets two 8-warp programs share an SM
 S2D_BLOCK_J = 32  # s2d pixels per prologue program

@@ -59,7 +59,7 @@ import torch
 import torch.nn as nn
 
 THREADS = 512         # 512: 16 float4 of x per thread (128 registers, no spill); 1024: 8 (64-register cap)
-PF_PCT = 100          # % of the next row's slice prefetched into L2
+PF_PCT = 50          # % of the next row's slice prefetched into L2
 PF_EARLY = 1          # 1: prefetch as soon as this row is in registers; 0: after the arrival
 PF_BULK = 1           # 1: cp.async.bulk.prefetch.L2 (TMA); 0: one prefetch.global.L2 per 128-byte line
 PF_LAST = 0           # 1: prefetch with evict_last, demoted to evict_normal once the row is read

@@ -56,7 +56,7 @@ import torch.nn as nn
 THREADS = 256         # 256: 32 float4 of a row per thread (255-register cap); 512: 16 (128 cap)
 HEAD = 10             # float4 items of the next row loaded into registers before the barrier wait
 PF_TAIL = 1           # 1: the next row's tail prefetched into L2 at the same time
-PF_BULK = 1           # 1: cp.async.bulk.prefetch.L2 (TMA); 0: one prefetch.global.L2 per 128-byte line
+PF_BULK = 0           # 1: cp.async.bulk.prefetch.L2 (TMA); 0: one prefetch.global.L2 per 128-byte line
 PF_LAST = 0           # 1: tail prefetched with evict_last, demoted to evict_normal once read
 WB_TMA = 1            # 1: weight/bias copied into shared memory by TMA, overlapping row 0
 

@@ -47,10 +47,10 @@ import triton.language as tl
 BLOCK_M = 128
 BLOCK_N = 128
 BLOCK_K = 64
-GROUP_M = 8
+GROUP_M = 16
 NUM_WARPS = 8
 NUM_STAGES = 3
-PERSISTENT = 1    # p > 0: p programs per SM loop over the output tiles in grouped order; 0: a program per tile
+PERSISTENT = 0    # p > 0: p programs per SM loop over the output tiles in grouped order; 0: a program per tile
 AMAX_ROWS = 16    # rows of A per program of the row-max pass
 
 KGEN_TUNABLE = {
