@@ -79,6 +79,25 @@ def test_same_tensors_sees_any_change():
     assert not verify.same_tensors(a, b)
 
 
+def test_same_tensors_and_fingerprints_work_chunk_by_chunk(monkeypatch):
+    # big inputs (KernelBench's 8 GiB ones) are compared in chunks: a change or a moved NaN in any chunk counts
+    x = torch.randn(10_007)
+    whole = verify.fingerprint([x])
+    monkeypatch.setattr(verify, "COMPARE_CHUNK_ELEMENTS", 1000)
+    assert verify.fingerprint([x]) == pytest.approx(whole, rel=1e-12)
+    x[3] = float("nan")
+    y = x.clone()
+    assert verify.same_tensors([x], [y])
+    y[10_006] = torch.nextafter(y[10_006], torch.tensor(float("inf")))  # the last, short chunk
+    assert not verify.same_tensors([x], [y])
+    y = x.clone()
+    y[3], y[5000] = 0.0, float("nan")
+    assert not verify.same_tensors([x], [y])
+    assert verify.same_tensors([torch.arange(5000)], [torch.arange(5000)])
+    assert not verify.same_tensors([torch.arange(5000)], [torch.arange(5000).flip(0)])
+    assert verify.kept_copy(x) is not x and verify.same_tensors([verify.kept_copy(x)], [x])
+
+
 def test_static_checks():
     assert detect_language((CANDIDATES / "good_triton_softmax.py").read_text()) == "triton"
     assert detect_language((CANDIDATES / "cuda_light_softmax.py").read_text()) == "cuda"

@@ -107,6 +107,14 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def set_baselines(self, eager_ms: Optional[float], compile_ms: Optional[float]) -> None:
+        """The baselines' times, and the speedups against them of a correct timed result."""
+        self.eager_ms, self.compile_ms = eager_ms, compile_ms
+        if self.outcome != Outcome.CORRECT.value or not self.runtime_ms:
+            return
+        self.speedup_eager = eager_ms / self.runtime_ms if eager_ms else None
+        self.speedup_compile = compile_ms / self.runtime_ms if compile_ms else None
+
 
 @dataclass
 class Proposal:

@@ -196,13 +196,9 @@ def _fill_from_judge(result: EvalResult, sent: dict[str, Any]) -> None:
 
 def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) -> None:
     """Speedups and roofline %; a correct time below the roofline floor is `suspicious`."""
-    result.eager_ms, result.compile_ms = settings.baseline_eager_ms, settings.baseline_compile_ms
+    result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
     if result.outcome != Outcome.CORRECT.value or not result.runtime_ms:
         return
-    if result.eager_ms:
-        result.speedup_eager = result.eager_ms / result.runtime_ms
-    if result.compile_ms:
-        result.speedup_compile = result.compile_ms / result.runtime_ms
     floor, roof, ceilings = settings.floor_ms, None, None
     if floor is None:
         from kgen.problems.roofline import compute_roofline, device_ceilings

@@ -396,7 +396,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             kernels.update(_text(k, 100) for k in (report.get("kernels") or [])[:32])
             self.runner_peak_bytes = max(getattr(self, "runner_peak_bytes", 0), int(_number(report.get("peak_bytes"))))
             if repeat:
-                again = [self.region(r).clone() for r in self.output_regions]
+                again = [self.region(r) for r in self.output_regions]  # compared before anything else runs
                 if not all(verify.same_tensors([a], [b]) for a, b in zip(again, kept)):
                     raise Verdict(Outcome.INCORRECT, "two calls on the same inputs gave different outputs "
                                   "(uninitialized memory read, or state kept between calls)", **self.errors())
@@ -416,7 +416,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
                 raise Verdict(Outcome.INCORRECT, f"trial {t + 1}: forward modified its input tensors in place",
                               **self.errors())
             if t == 0:
-                kept = [self.region(r).clone() for r in self.output_regions]
+                kept = [verify.kept_copy(self.region(r)) for r in self.output_regions]
         self.phase("verify_s")
         if self._current_trial is not None:  # nothing of the trials is needed from here on
             self._current_trial._made = None

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,11 +158,52 @@ def dtype_outputs(model: torch.nn.Module, inputs: list[Any]) -> list[Any]:
         return [o.detach() if isinstance(o, torch.Tensor) else o for o in as_outputs(model(*clone_inputs(inputs)))]
 
 
+HOST_REFERENCE_SHARE = 1 / 8  # float64 references above this share of the GPU's memory are kept on the host
+HOST_COPY_BYTES = 2 << 30  # the judge's kept copies of outputs above this size are kept on the host
+
+
+def kept_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` to compare later outputs with (`same_tensors`): on the host when it is large."""
+    return t.detach().to("cpu", copy=True) if t.is_cuda and t.numel() * t.element_size() > HOST_COPY_BYTES \
+        else t.detach().clone()
+
+
+def _on_host(x: Any) -> Any:
+    return x.to("cpu") if isinstance(x, torch.Tensor) else x
+
+
+def float64_outputs_fitting(model64: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+    """`float64_outputs` on the inputs' device or, where the GPU has no room for the float64 forward
+    (KernelBench's largest level-1 inputs need 50-60 GiB of float64 temporaries: L1/L2 norms, average
+    pooling), on the host: `model64` moves to the CPU for good (the next trials need the same room) and
+    the outputs stay there (`compare` and `own_error` bring the output to them chunk by chunk)."""
+    on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    if on_gpu and getattr(model64, "_kgen_on_host", False):
+        return float64_outputs(model64, [_on_host(x) for x in inputs])
+    try:
+        outs = float64_outputs(model64, inputs)
+        if on_gpu and sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor)) \
+                > HOST_REFERENCE_SHARE * torch.cuda.get_device_properties(inputs[0].device).total_memory:
+            # this big in float64, they would leave the candidate's run and the checks no room: the host keeps them
+            outs = [_on_host(o) for o in outs]
+            torch.cuda.empty_cache()
+        return outs
+    except torch.OutOfMemoryError:
+        if not on_gpu:
+            raise
+    gc.collect()
+    torch.cuda.empty_cache()
+    model64.to("cpu")
+    model64._kgen_on_host = True
+    return float64_outputs(model64, [_on_host(x) for x in inputs])
+
+
 def reference_and_own_error(model: torch.nn.Module, model64: torch.nn.Module, inputs: list[Any],
                             ) -> tuple[list[torch.Tensor], list[Optional[OwnError]]]:
-    """What the judge compares a trial's outputs with: the float64 outputs, and torch's own error in the
-    problem's dtype for each (None where that output is not a tensor of the float64 output's shape)."""
-    refs = float64_outputs(model64, inputs)
+    """What the judge compares a trial's outputs with: the float64 outputs (on the host where the GPU
+    has no room for them: `float64_outputs_fitting`), and torch's own error in the problem's dtype for
+    each (None where that output is not a tensor of the float64 output's shape)."""
+    refs = float64_outputs_fitting(model64, inputs)
     owns: list[Optional[OwnError]] = []
     for own, ref in zip(dtype_outputs(model, inputs), refs):
         fits = isinstance(own, torch.Tensor) and isinstance(ref, torch.Tensor) and own.shape == ref.shape
@@ -171,24 +213,41 @@ def reference_and_own_error(model: torch.nn.Module, model64: torch.nn.Module, in
 
 def fingerprint(tensors: list[Any]) -> list[float]:
     """Cheap float64 checksums (sum, sum of |x|, index-weighted sum) of each tensor: equal
-    before and after means unchanged, short of a deliberate forgery."""
+    before and after means unchanged, short of a deliberate forgery. In chunks: no float64 copy of a
+    whole 8 GiB input."""
     prints = []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             continue
-        d = t.detach().flatten().to(torch.float64)
-        weights = torch.arange(1, d.numel() + 1, device=d.device, dtype=torch.float64).remainder_(97)
-        prints += [float(torch.nansum(d)), float(torch.nansum(torch.abs(d))), float(torch.nansum(d * weights))]
+        flat = t.detach().reshape(-1)
+        total, absolute, weighted = 0.0, 0.0, 0.0
+        for a, b in _chunks(flat.numel()):
+            d = flat[a:b].to(torch.float64)
+            weights = torch.arange(a + 1, b + 1, device=d.device, dtype=torch.float64).remainder_(97)
+            total += float(torch.nansum(d))
+            absolute += float(torch.nansum(torch.abs(d)))
+            weighted += float(torch.nansum(d * weights))
+        prints += [total, absolute, weighted]
     return prints
 
 
+def _equal_part(x: torch.Tensor, y: torch.Tensor) -> bool:
+    nan_x, nan_y = torch.isnan(x), torch.isnan(y)
+    return torch.equal(nan_x, nan_y) and torch.equal(torch.where(nan_x, 0, x), torch.where(nan_y, 0, y))
+
+
 def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
-    if x.shape != y.shape or x.dtype != y.dtype or x.device != y.device:
+    """Equal shape, dtype and elements (NaN where the other has NaN); `x` on another device than `y` (a
+    kept copy on the host) is brought over chunk by chunk."""
+    if x.shape != y.shape or x.dtype != y.dtype:
         return False
-    if x.is_floating_point() or x.is_complex():
-        nan_x, nan_y = torch.isnan(x), torch.isnan(y)
-        return torch.equal(nan_x, nan_y) and torch.equal(torch.where(nan_x, 0, x), torch.where(nan_y, 0, y))
-    return torch.equal(x, y)
+    if not (x.is_contiguous() and y.is_contiguous()):
+        return _equal_part(x.to(y.device), y) if x.is_floating_point() or x.is_complex() \
+            else torch.equal(x.to(y.device), y)
+    # in chunks: the NaN masks and NaN-free copies of a whole 8 GiB input do not fit beside it on the GPU
+    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    part = _equal_part if x.is_floating_point() or x.is_complex() else torch.equal
+    return all(part(flat_x[a:b].to(y.device), flat_y[a:b]) for a, b in _chunks(flat_x.numel()))
 
 
 def same_tensors(a: list[Any], b: list[Any]) -> bool:
@@ -248,7 +307,7 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
     for a, b in chunks:
-        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b]
+        o, r = flat_own[a:b].to(device=ref.device, dtype=torch.float64), flat_ref[a:b]
         lost = torch.isfinite(r) & ~torch.isfinite(o)
         if bool(lost.any()):
             if excused is None:
@@ -261,7 +320,7 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     rms = math.sqrt(ref_sq / max(count, 1))
     diff_sq, elem = 0.0, 0.0
     for a, b in chunks:
-        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b]
+        o, r = flat_own[a:b].to(device=ref.device, dtype=torch.float64), flat_ref[a:b]
         counted = torch.isfinite(r) & torch.isfinite(o)
         diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - torch.where(counted, r, 0.0)), 0.0)
         diff_sq += float(torch.sum(diff * diff))
@@ -299,7 +358,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         return failed(f"{label} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != expected_dtype:
         return failed(f"{label} has dtype {out.dtype}, expected {expected_dtype}")
-    if out.device != ref.device:
+    if out.device != ref.device and ref.device.type != "cpu":  # a host reference: the GPU had no room for it
         return failed(f"{label} is on {out.device}, expected {ref.device}")
     shape = tuple(ref.shape)
     flat_out, flat_ref = out.detach().reshape(-1), ref.reshape(-1)
@@ -308,7 +367,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
 
     def masks(a: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(output chunk in float64, elements compared, elements where the output may not be what it is)."""
-        o, r = flat_out[a:b].to(torch.float64), flat_ref[a:b]
+        o, r = flat_out[a:b].to(device=flat_ref.device, dtype=torch.float64), flat_ref[a:b]
         r_finite = torch.isfinite(r)
         if excused is None:
             return o, r_finite, r_finite & ~torch.isfinite(o)

@@ -21,6 +21,7 @@ but not evaluated, and never evaluating a stored result twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -29,7 +30,7 @@ from typing import Optional
 
 from kgen.core import fmt
 from kgen.core.errors import KgenError
-from kgen.core.records import EvalSettings
+from kgen.core.records import EvalResult, EvalSettings
 from kgen.problems.problem import Problem, load_problem
 from kgen.search.progress import SearchProgress
 from kgen.store import queries
@@ -217,6 +218,8 @@ class Search:
         self.started = time.monotonic()
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
+        self._baseline_gpu: Optional[str] = None  # the UUID of the GPU the baselines are timed on (a local one)
+        self._local_gpu_name: Optional[str] = None  # this machine's GPU, when the cluster is started here
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
         # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
@@ -240,9 +243,11 @@ class Search:
 
     def _settings(self, device: str, stages=None) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
-        first candidates compile, and fills the settings' baseline fields before it ends. The GPUs
-        take no candidate until it has (a baseline timed beside a candidate would skew both)."""
+        first candidates compile, and fills the settings' baseline fields before it ends. Its GPU takes
+        no candidate until it has (a baseline timed beside a candidate would skew both); the other GPUs
+        of the machine do (a candidate's median on one GPU moves 0.2% with the other busy, RESULTS.md)."""
         from kgen.problems.roofline import compute_roofline, device_ceilings
+        from kgen.search.workers import gpu_uuid
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
                                 timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
@@ -251,6 +256,8 @@ class Search:
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
         self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
+        if self._local_gpu_name is not None:  # timed here, on this process's first GPU
+            self._baseline_gpu = gpu_uuid(0)
         thread = threading.Thread(target=self._time_baselines, args=(settings, device, stages), daemon=True,
                                   name="kgen-baselines")
         thread.start()
@@ -262,6 +269,8 @@ class Search:
 
         started = time.monotonic()
         hold = getattr(stages, "spares_stopped", None)
+        if hold is not None and self._baseline_gpu is not None:  # only that GPU's evaluators: the others work
+            hold = functools.partial(hold, gpu=self._baseline_gpu)
         try:
             baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune,
                                       hold=hold)
@@ -283,7 +292,7 @@ class Search:
             device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
-        local_gpu = self._local_gpu(cluster)
+        local_gpu = self._local_gpu_name = self._local_gpu(cluster)
         if local_gpu:  # the baselines need no evaluator: they start while the evaluators do
             settings, baselines = self._settings(local_gpu, stages)
         device = stages.device()
@@ -319,6 +328,7 @@ class Search:
         open_rounds: dict[int, set[int]] = {}  # round -> its candidates not evaluated yet
         round_of: dict[int, int] = {}
         timing: set[int] = set()
+        early: dict[int, int] = {}  # candidate id -> its evaluation, stored before the baselines were in
         next_round, exhausted = first_round, False
         max_open = 2 if self.config.overlap else 1
         limit = max_open  # propose while fewer rounds than this are open
@@ -354,9 +364,17 @@ class Search:
                 if device != "cpu":
                     self._stall_profiles(stages, settings, done_round)
             if not open_rounds and (exhausted or next_round >= self.config.rounds):
+                if early and baselines is not None:  # every candidate done before the baselines: wait for them
+                    baselines.join()
+                    self._late_baselines(settings, early)
                 return
             gpus_open = baselines is None or not baselines.is_alive()
-            for event in stages.poll(timing_open=gpus_open):
+            if gpus_open and early:
+                self._late_baselines(settings, early)
+            other_gpus = None
+            if not gpus_open and self._baseline_gpu is not None and hasattr(stages, "gpus_other_than"):
+                other_gpus = stages.gpus_other_than(self._baseline_gpu)
+            for event in stages.poll(timing_open=gpus_open, evaluator_open=other_gpus):
                 if event.kind == "timing":
                     self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)
@@ -367,9 +385,33 @@ class Search:
                 else:
                     self._since_start("first_result_s")
                     self._add_judge_phases(event.result)
-                    queries.add_evaluation(self.db, event.candidate_id, event.result)
+                    before_baselines = event.result.eager_ms is None and settings.device != "cpu"
+                    if before_baselines and gpus_open:  # sent before the baselines were in, back after
+                        event.result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
+                    evaluation_id = queries.add_evaluation(self.db, event.candidate_id, event.result)
+                    if before_baselines and not gpus_open:
+                        early[event.candidate_id] = evaluation_id
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
+
+    def _late_baselines(self, settings: EvalSettings, early: dict[int, int]) -> None:
+        """The baselines are in: the evaluations stored before them get their speedups (in the DB and in
+        the best-so-far)."""
+        if settings.baseline_eager_ms is not None or settings.baseline_compile_ms is not None:
+            queries.set_baselines(self.db, list(early.values()), settings.baseline_eager_ms,
+                                  settings.baseline_compile_ms)
+            counts = getattr(self.progress, "counts", None)
+            for candidate_id in early:
+                seen = counts.correct_seen.get(candidate_id) if counts is not None else None
+                if seen is None:
+                    continue
+                spread, _ = seen
+                result = EvalResult(outcome="correct", runtime_ms=spread.median_ms)
+                result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
+                counts.consider_best(candidate_id, result.speedup_eager, result.speedup_compile, spread)
+            self.progress.note(f"  the baselines are in: speedups added to {len(early)} candidate(s) evaluated "
+                               "on the other GPU(s) meanwhile")
+        early.clear()
 
     def _stall_profiles(self, stages, settings: EvalSettings, round_index: int) -> None:
         """Nsight Compute profiles of the round's best new candidates and their parents, within

@@ -26,7 +26,7 @@ import functools
 import socket
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -85,11 +85,24 @@ def _compile(problem: str, size: str, source_hash: str, source: str,
 class Device:
     """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), the compute
     capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load), and
-    the Ray node the evaluator runs on."""
+    the Ray node the evaluator runs on, and its GPU's UUID (None without one): the search keeps candidates
+    off the GPU its baselines are being timed on, and only that one."""
 
     name: str
     cuda_arch: Optional[str]
     node_id: Optional[str] = None
+    gpu_uuid: Optional[str] = None
+
+
+def gpu_uuid(index: int = 0) -> Optional[str]:
+    """The UUID of this process's CUDA device `index` (the same GPU has the same UUID in every process,
+    whatever CUDA_VISIBLE_DEVICES numbers it), or None."""
+    import torch
+
+    try:
+        return str(torch.cuda.get_device_properties(index).uuid)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
 
 
 class _Evaluator:
@@ -183,7 +196,8 @@ class _Evaluator:
         if not torch.cuda.is_available():
             return Device(name="cpu", cuda_arch=None, node_id=node_id)
         major, minor = torch.cuda.get_device_capability(0)
-        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
+        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id,
+                      gpu_uuid=gpu_uuid())
 
 
 @dataclass(frozen=True)
@@ -243,6 +257,7 @@ class Stages:
         self._actor_options = placement.actor_options
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
+        self._actor_gpus: list[Optional[str]] = [None] * len(self.actors)  # the UUID of each one's GPU
         self._free: list[int] = []  # actors that answered their ping and have no candidate
         self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
         self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
@@ -264,20 +279,27 @@ class Stages:
             actor.prestart.remote(sandbox, language)
 
     @contextlib.contextmanager
-    def spares_stopped(self, timeout_s: float = 30.0) -> Iterator[None]:
+    def spares_stopped(self, timeout_s: float = 30.0, gpu: Optional[str] = None) -> Iterator[None]:
         """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
-        of the search's own competes with them for the CPU that launches their kernels."""
+        of the search's own competes with them for the CPU that launches their kernels. `gpu`: only the
+        evaluators of that GPU (UUID) and those not known yet; the others may be busy with a candidate,
+        and an actor's call waits for its candidate to end."""
         import ray
 
         if not hasattr(self.evaluator_class, "stop_spares"):
             yield
             return
-        ray.wait([a.stop_spares.remote(True) for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+        actors = [a for a, uuid in zip(self.actors, self._actor_gpus) if gpu is None or uuid in (None, gpu)]
+        ray.wait([a.stop_spares.remote(True) for a in actors], num_returns=len(actors), timeout=timeout_s)
         try:
             yield
         finally:
-            ray.wait([a.stop_spares.remote(False) for a in self.actors], num_returns=len(self.actors),
-                     timeout=timeout_s)
+            ray.wait([a.stop_spares.remote(False) for a in actors], num_returns=len(actors), timeout=timeout_s)
+
+    def gpus_other_than(self, gpu: Optional[str]) -> Callable[[int], bool]:
+        """A predicate on evaluator indexes for `poll`: True for an evaluator known to own a GPU other than
+        `gpu` (a UUID), so candidates go to the other GPUs while that one times the baselines."""
+        return lambda index: gpu is not None and self._actor_gpus[index] not in (None, gpu)
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
@@ -291,7 +313,7 @@ class Stages:
         import ray
 
         device = ray.get(self.actors[0].device.remote())
-        self._actor_nodes[0] = device.node_id
+        self._actor_nodes[0], self._actor_gpus[0] = device.node_id, device.gpu_uuid
         return device
 
     def _ping(self, index: int) -> None:
@@ -306,7 +328,8 @@ class Stages:
 
         index = self._pings.pop(ref)
         try:
-            self._actor_nodes[index] = ray.get(ref).node_id
+            device = ray.get(ref)
+            self._actor_nodes[index], self._actor_gpus[index] = device.node_id, getattr(device, "gpu_uuid", None)
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
@@ -443,16 +466,28 @@ class Stages:
                 return item
         return None
 
-    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+    def poll(self, timeout_s: float = 0.5, timing_open=True,
+             evaluator_open: Optional[Callable[[int], bool]] = None) -> list[StageEvent]:
         """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
-        predicate on the job: the search holds the GPUs back while its baselines are being timed), wait
-        up to `timeout_s` for anything to finish, and return the events: 'timing' for each dispatch,
-        'requeued' for each attempt a dead worker cut short, 'done' with each result."""
+        predicate on the job: the search holds the GPUs back while its baselines are being timed; with
+        `timing_open` False, still to the evaluators `evaluator_open(index)` accepts: those of the other
+        GPUs), wait up to `timeout_s` for anything to finish, and return the events: 'timing' for each
+        dispatch, 'requeued' for each attempt a dead worker cut short, 'done' with each result."""
         import ray
 
         events: list[StageEvent] = []
-        while self._free and (item := self._next_ready(timing_open)) is not None:
-            (job, settings), index = item, self._free.pop(0)
+        while self._free:
+            if timing_open is False and evaluator_open is not None:
+                open_free = [i for i in self._free if evaluator_open(i)]
+                if not open_free or (item := self._next_ready(True)) is None:
+                    break
+                index = open_free[0]
+                self._free.remove(index)
+            else:
+                if (item := self._next_ready(timing_open)) is None:
+                    break
+                index = self._free.pop(0)
+            job, settings = item
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
             events.append(StageEvent("timing", job.candidate_id))

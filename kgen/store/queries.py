@@ -149,6 +149,18 @@ def add_evaluation(db: Database, candidate_id: int, result: EvalResult) -> int:
         return ev.id
 
 
+def set_baselines(db: Database, evaluation_ids: list[int], eager_ms: Optional[float],
+                  compile_ms: Optional[float]) -> None:
+    """Fill in the baselines, and the speedups of the correct ones, of evaluations stored before the
+    baselines were timed (a search's second GPU starts on candidates while its first times them)."""
+    with db.session() as s:
+        for ev in s.scalars(select(Evaluation).where(Evaluation.id.in_(list(evaluation_ids)))):
+            result = EvalResult(outcome=ev.outcome, runtime_ms=ev.runtime_ms)
+            result.set_baselines(eager_ms, compile_ms)
+            ev.eager_ms, ev.compile_ms = result.eager_ms, result.compile_ms
+            ev.speedup_eager, ev.speedup_compile = result.speedup_eager, result.speedup_compile
+
+
 @dataclass
 class ScoredCandidate:
     """A candidate with its latest evaluation, as history and leaderboards see it."""
