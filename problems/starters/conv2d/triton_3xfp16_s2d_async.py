@@ -37,8 +37,18 @@ at 128 B/clk = 440 cycles) and by L2->SM bytes (14 KB per step, 0.9 GB per forwa
 TB/s), i.e. ~440 cycles x 491 steps per SM / 1.78 GHz = ~120 us of MMA-side time against L2's ~165 us
 if it ran at the L2 limit; with one 8-warp program per SM (144 accumulator registers) the realistic
 guess is 180-230 us for the conv kernel (was ~300), 0.23-0.28 ms judged with the 48 us of prologues.
-Registers/thread, ptxas for sm_90 through Triton 3.6 (no GPU; the same compile gives 164 for the old
-default, which ncu measured at 190 on the H100): see REGISTERS below the tunables.
+Registers/thread, ptxas for sm_90 through Triton 3.6 (the GPU's version, no GPU; the same compile gives
+164 for the old starter's default, which ncu measured at 190 on the H100), 4 stages, no spills in any:
+  MODE 4, 128 x (64 + 32), 8 warps: 202 (one program per SM: 52k of the 64k registers), W_TMA 176;
+  MODE 4, 128 x (3 x 32), 8 warps: 184; MODE 4, 64 x (64 + 32), 4 warps: 200 (two programs per SM);
+  MODE 1, 128 x (3 x 32), 4 warps: 168 (= the old default); 128 x (64 + 32): 4 warps 210, 8 warps 128.
+  PTX per K step: MODE 4 issues all of its wgmmas, then one `wgmma.wait_group 6` (WIDE) / `9` (3 x 32);
+  MODE 1 9 (3 x 32) or 6 (WIDE) `wgmma.wait_group 0`. W_TMA 1: 4 TMA loads per step (cp.async.bulk.tensor),
+  the A tiles stay 2 x 16-byte cp.async per thread. Without TMA the weight tiles go by 4- or 8-byte
+  cp.async (a [32 x 16] fp16 tile spread over 256 threads: 2 halves each), as in the old starter.
+What is uncertain: whether one 8-warp program per SM (MODE 4 at 128 rows) hides the prologue and the
+epilogue of each tile (18 tiles per SM, ~1-2 us each unhidden); BLOCK_M 64 with 4 warps (two programs
+per SM) hides them at twice the weight traffic from L2 (0.39 -> 0.78 GB). Both are in the sweep.
 Range and split as triton_3xfp16_s2d.py: |x| < 8188 with X_SHIFT = 3, x kept to max(2^-22 |x|, 2^-28).
 """
 import torch
