@@ -47,13 +47,13 @@ BLOCK_M = 128
 BLOCK_N = 32      # channel tile width; WIDE = 1 makes the first tile 2 x BLOCK_N
 WIDE = 1          # 1: tiles of 2*BLOCK_N and BLOCK_N per program (96 = 64 + 32); 0: NSUB tiles of BLOCK_N
 NSUB = 3          # channel tiles of BLOCK_N per program when WIDE = 0 (1-3)
-MODE = 4          # 4: three accumulators, all dots async; 1: promote every K step (the old default)
+MODE = 1          # 4: three accumulators, all dots async; 1: promote every K step (the old default)
 W_TMA = 0         # 1: weight tiles by TMA (host tensor descriptors), 0: cp.async pointer loads
-NUM_WARPS = 8
-NUM_STAGES = 4
+NUM_WARPS = 4
+NUM_STAGES = 3
 MAXNREG = 0       # registers per thread cap (0: none)
 S2D_BLOCK_J = 32  # s2d pixels per prologue program
-FUSE_POOL = 1     # 1: the pool inside the conv kernel (per pooled row, by the tile that completes it); 0: own kernel
+FUSE_POOL = 0     # 1: the pool inside the conv kernel (per pooled row, by the tile that completes it); 0: own kernel
 POOL_BLOCK = 512  # pooled outputs per block of the pool (either way)
 POOL_WARPS = 8    # warps of the separate pool kernel (FUSE_POOL = 0)
 BLOCK_K = 16      # one fp16 MMA deep; also the channel padding unit (48 channels at AlexNet's size)
