@@ -307,12 +307,13 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
     for a, b in chunks:
-        o, r = flat_own[a:b].to(device=ref.device, dtype=torch.float64), flat_ref[a:b]
+        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b].to(own.device)
         lost = torch.isfinite(r) & ~torch.isfinite(o)
         if bool(lost.any()):
             if excused is None:
                 excused = torch.zeros(flat_ref.numel(), dtype=torch.int8, device=ref.device)
-            excused[a:b] = torch.where(lost, torch.where(torch.isnan(o), NAN_THERE, INF_THERE), 0).to(torch.int8)
+            excused[a:b] = torch.where(lost, torch.where(torch.isnan(o), NAN_THERE, INF_THERE), 0).to(
+                device=ref.device, dtype=torch.int8)
         counted = torch.isfinite(r) & torch.isfinite(o)
         r_f = torch.where(counted, r, 0.0)
         ref_sq += float(torch.sum(r_f * r_f))
@@ -320,7 +321,7 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     rms = math.sqrt(ref_sq / max(count, 1))
     diff_sq, elem = 0.0, 0.0
     for a, b in chunks:
-        o, r = flat_own[a:b].to(device=ref.device, dtype=torch.float64), flat_ref[a:b]
+        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b].to(own.device)
         counted = torch.isfinite(r) & torch.isfinite(o)
         diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - torch.where(counted, r, 0.0)), 0.0)
         diff_sq += float(torch.sum(diff * diff))
@@ -365,13 +366,17 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     excused = own.excused if own is not None and own.excused is not None else None
     chunks = _chunks(flat_ref.numel())
 
+    def ref_part(a: int, b: int) -> torch.Tensor:
+        """The reference's chunk where the output is (a host reference is brought over: the GPU does the math)."""
+        return flat_ref[a:b].to(out.device)
+
     def masks(a: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(output chunk in float64, elements compared, elements where the output may not be what it is)."""
-        o, r = flat_out[a:b].to(device=flat_ref.device, dtype=torch.float64), flat_ref[a:b]
+        o, r = flat_out[a:b].to(torch.float64), ref_part(a, b)
         r_finite = torch.isfinite(r)
         if excused is None:
             return o, r_finite, r_finite & ~torch.isfinite(o)
-        e = excused[a:b]
+        e = excused[a:b].to(out.device)
         # where torch's own forward overflowed: any value, but NaN only where torch's is NaN too
         bad = r_finite & torch.where(e == 0, ~torch.isfinite(o), (e == INF_THERE) & torch.isnan(o))
         return o, r_finite & (e == 0), bad
@@ -380,7 +385,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     ref_sq, finite_count = 0.0, 0
     for a, b in chunks:
         o, counted, fresh = masks(a, b)
-        r = flat_ref[a:b]
+        r = ref_part(a, b)
         r_finite = torch.isfinite(r)
         if bool(fresh.any()):
             i = a + _first(fresh)
@@ -406,7 +411,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
     for a, b in chunks:
         o, counted, _ = masks(a, b)
-        r_f = torch.where(counted, flat_ref[a:b], 0.0)
+        r_f = torch.where(counted, ref_part(a, b), 0.0)
         diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
         diff_sq += float(torch.sum(diff * diff))
         if diff.numel():

@@ -63,8 +63,8 @@ import torch.nn as nn
 
 THREADS = 512         # 512: 16 float4 of x per thread (128 registers, no spill); 1024: 8 (64-register cap)
 BAR = 1               # 1: tagged-slot barrier (one L2 round trip); 0: l2ahead's arrival counter + partial loads
-PF_PCT = 50           # % of the next row's slice prefetched into L2 before the barrier
-PF_REST = 0           # 1: the other (100 - PF_PCT) % prefetched into L2 once the barrier is through
+PF_PCT = 75           # % of the next row's slice prefetched into L2 before the barrier
+PF_REST = 1           # 1: the other (100 - PF_PCT) % prefetched into L2 once the barrier is through
 PF_EARLY = 1          # 1: prefetch as soon as this row is in registers; 0: after the arrival
 PF_BULK = 1           # 1: cp.async.bulk.prefetch.L2 (TMA); 0: one prefetch.global.L2 per 128-byte line
 PF_LAST = 0           # 1: prefetch with evict_last, demoted to evict_normal once read
