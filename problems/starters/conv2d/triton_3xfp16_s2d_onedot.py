@@ -8,7 +8,8 @@ an add in the same iteration: a small test kernel with `acc = dot(a, b, acc); ac
 of step i+1 are issued while step i's run), and so does this kernel (`wait_group 2` with its two channel
 tiles: two independent loop-carried dots on the same A tile). The async starter's MODE 1 waits after
 every dot (6 per K step with 64+32 channel tiles), MODE 4 once per step: ncu of the old conv: tensor
-pipe 26%, no eligible warp 67% of cycles. Here a "virtual K" carries the three products: per 16-channel chunk q of x_s2d the units
+pipe 26%, no eligible warp 67% of cycles. Here a "virtual K" carries the three products: per 16-channel
+chunk q of x_s2d the units
   (a_hi[q], w_lo[q]), (a_lo[q], w_hi[q]), (a_hi[q], w_hi[q])
 each 16 deep (= one k16 wgmma, so every wgmma instruction multiplies one kind of product; the sum over
 instructions is the fp32 accumulator, as MODE 2's single accumulator: measured 5.8e-7 normwise on the
