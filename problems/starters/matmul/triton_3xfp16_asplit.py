@@ -10,7 +10,7 @@ m64nNk8), and an fp16 operand is 2 bytes instead of 4.  Against triton_3xtf32_as
     2 B each: a 128x128 tile streams 128*BK*(4 + 4) bytes per K step instead of 128*BK*(4 + 8);
   * the B pre-pass writes 2 x 32 MiB of fp16 instead of 2 x 64 MiB of fp32.
 kgen's roofline floor for fp32 problems is TF32 / 3 (0.989 ms here): this kernel may legitimately run
-below it, which kgen would call `suspicious` until the floor counts fp16 / 3 (kgen/roofline.py).
+below it, which kgen would call `suspicious` until the floor counts fp16 / 3 (kgen/problems/roofline.py).
 
 fp16's catch is its 5-bit exponent (max 65504, smallest normal 2^-14), so values are scaled by powers of
 two (exact) so that the largest |x| of a group lands in [2^14, 2^15): hi never overflows, and hi + lo

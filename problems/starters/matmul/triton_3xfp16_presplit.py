@@ -10,7 +10,7 @@ as many bytes as fp32 A, so the GEMM streams the same 64 KiB per 128x128x64 step
 loads + three wgmmas + the promotion: ~210 instructions per K step instead of ~340.
 The price: A is read and written once more (+64 MiB read, +64 MiB written, ~40 us at 3 TB/s).
 Like asplit, this may legitimately run below kgen's TF32 / 3 floor for fp32 (0.989 ms), which kgen calls
-`suspicious` until kgen/roofline.py counts fp16 / 3 for fp32 at the default tolerance.
+`suspicious` until kgen/problems/roofline.py counts fp16 / 3 for fp32 at the default tolerance.
 
 Scales, all local to one tile of the prep pass, so no extra pass for maxima: A per (row, K block of
 BLOCK_K): the row's max over those BLOCK_K elements; B per [BLOCK_K, BLOCK_N] tile (the GEMM's tile):
