@@ -176,7 +176,8 @@ def float64_outputs_fitting(model64: torch.nn.Module, inputs: list[Any]) -> list
     """`float64_outputs` on the inputs' device or, where the GPU has no room for the float64 forward
     (KernelBench's largest level-1 inputs need 50-60 GiB of float64 temporaries: L1/L2 norms, average
     pooling), on the host: `model64` moves to the CPU for good (the next trials need the same room) and
-    the outputs stay there (`compare` and `own_error` bring the output to them chunk by chunk)."""
+    the outputs stay there (`compare` and `own_error` bring them to the GPU chunk by chunk). Outputs over
+    HOST_REFERENCE_SHARE of the GPU's memory go to the host too: they would leave the candidate no room."""
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
     if on_gpu and getattr(model64, "_kgen_on_host", False):
         return float64_outputs(model64, [_on_host(x) for x in inputs])
@@ -241,12 +242,11 @@ def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
     kept copy on the host) is brought over chunk by chunk."""
     if x.shape != y.shape or x.dtype != y.dtype:
         return False
+    part = _equal_part if x.is_floating_point() or x.is_complex() else torch.equal
     if not (x.is_contiguous() and y.is_contiguous()):
-        return _equal_part(x.to(y.device), y) if x.is_floating_point() or x.is_complex() \
-            else torch.equal(x.to(y.device), y)
+        return part(x.to(y.device), y)
     # in chunks: the NaN masks and NaN-free copies of a whole 8 GiB input do not fit beside it on the GPU
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
-    part = _equal_part if x.is_floating_point() or x.is_complex() else torch.equal
     return all(part(flat_x[a:b].to(y.device), flat_y[a:b]) for a, b in _chunks(flat_x.numel()))
 
 
@@ -366,30 +366,27 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     excused = own.excused if own is not None and own.excused is not None else None
     chunks = _chunks(flat_ref.numel())
 
-    def ref_part(a: int, b: int) -> torch.Tensor:
-        """The reference's chunk where the output is (a host reference is brought over: the GPU does the math)."""
-        return flat_ref[a:b].to(out.device)
-
-    def masks(a: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(output chunk in float64, elements compared, elements where the output may not be what it is)."""
-        o, r = flat_out[a:b].to(torch.float64), ref_part(a, b)
+    def masks(a: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(output chunk in float64, reference chunk, elements compared, elements where the output may not
+        be what it is). The reference chunk is brought to the output's device (a host reference: the GPU
+        still does the math)."""
+        o, r = flat_out[a:b].to(torch.float64), flat_ref[a:b].to(out.device)
         r_finite = torch.isfinite(r)
         if excused is None:
-            return o, r_finite, r_finite & ~torch.isfinite(o)
+            return o, r, r_finite, r_finite & ~torch.isfinite(o)
         e = excused[a:b].to(out.device)
         # where torch's own forward overflowed: any value, but NaN only where torch's is NaN too
         bad = r_finite & torch.where(e == 0, ~torch.isfinite(o), (e == INF_THERE) & torch.isnan(o))
-        return o, r_finite & (e == 0), bad
+        return o, r, r_finite & (e == 0), bad
 
     # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
     ref_sq, finite_count = 0.0, 0
     for a, b in chunks:
-        o, counted, fresh = masks(a, b)
-        r = ref_part(a, b)
+        o, r, counted, fresh = masks(a, b)
         r_finite = torch.isfinite(r)
         if bool(fresh.any()):
             i = a + _first(fresh)
-            total = sum(int(masks(x, y)[2].sum()) for x, y in chunks)
+            total = sum(int(masks(x, y)[3].sum()) for x, y in chunks)
             where = (" (torch's own float32 forward is Inf there, not NaN)" if excused is not None
                      and int(excused[i]) == INF_THERE else "")
             return failed(f"{_located(label, i, shape)} = {flat_out[i].item()} where the reference is "
@@ -410,8 +407,8 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     # Pass 2: the error, normwise and per element.
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
     for a, b in chunks:
-        o, counted, _ = masks(a, b)
-        r_f = torch.where(counted, ref_part(a, b), 0.0)
+        o, r, counted, _ = masks(a, b)
+        r_f = torch.where(counted, r, 0.0)
         diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
         diff_sq += float(torch.sum(diff * diff))
         if diff.numel():
