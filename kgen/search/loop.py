@@ -219,7 +219,6 @@ class Search:
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
         self._baseline_gpu: Optional[str] = None  # the UUID of the GPU the baselines are timed on (a local one)
-        self._local_gpu_name: Optional[str] = None  # this machine's GPU, when the cluster is started here
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
         # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
@@ -247,7 +246,6 @@ class Search:
         no candidate until it has (a baseline timed beside a candidate would skew both); the other GPUs
         of the machine do (a candidate's median on one GPU moves 0.2% with the other busy, RESULTS.md)."""
         from kgen.problems.roofline import compute_roofline, device_ceilings
-        from kgen.search.workers import gpu_uuid
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
                                 timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
@@ -256,8 +254,6 @@ class Search:
         settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
         self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
-        if self._local_gpu_name is not None:  # timed here, on this process's first GPU
-            self._baseline_gpu = gpu_uuid(0)
         thread = threading.Thread(target=self._time_baselines, args=(settings, device, stages), daemon=True,
                                   name="kgen-baselines")
         thread.start()
@@ -286,14 +282,15 @@ class Search:
         import torch
 
         from kgen.problems.roofline import device_ceilings
-        from kgen.search.workers import Stages
+        from kgen.search.workers import Stages, gpu_uuid
 
         if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
             device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
-        local_gpu = self._local_gpu_name = self._local_gpu(cluster)
+        local_gpu = self._local_gpu(cluster)
         if local_gpu:  # the baselines need no evaluator: they start while the evaluators do
+            self._baseline_gpu = gpu_uuid(0)  # timed here, on this process's first GPU
             settings, baselines = self._settings(local_gpu, stages)
         device = stages.device()
         self._since_start("evaluators_s")

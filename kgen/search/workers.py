@@ -329,7 +329,7 @@ class Stages:
         index = self._pings.pop(ref)
         try:
             device = ray.get(ref)
-            self._actor_nodes[index], self._actor_gpus[index] = device.node_id, getattr(device, "gpu_uuid", None)
+            self._actor_nodes[index], self._actor_gpus[index] = device.node_id, device.gpu_uuid
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
@@ -476,17 +476,13 @@ class Stages:
         import ray
 
         events: list[StageEvent] = []
+        by_evaluator = timing_open is False and evaluator_open is not None
         while self._free:
-            if timing_open is False and evaluator_open is not None:
-                open_free = [i for i in self._free if evaluator_open(i)]
-                if not open_free or (item := self._next_ready(True)) is None:
-                    break
-                index = open_free[0]
-                self._free.remove(index)
-            else:
-                if (item := self._next_ready(timing_open)) is None:
-                    break
-                index = self._free.pop(0)
+            free = [i for i in self._free if evaluator_open(i)] if by_evaluator else self._free
+            if not free or (item := self._next_ready(True if by_evaluator else timing_open)) is None:
+                break
+            index = free[0]
+            self._free.remove(index)
             job, settings = item
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
