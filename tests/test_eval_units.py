@@ -235,19 +235,44 @@ def test_compiler_output_is_trimmed_to_errors():
     assert len(trimmed.splitlines()) <= 10
 
 
-def test_faster_than_the_roofline_floor_is_suspicious():
+def test_faster_than_writing_the_outputs_is_suspicious_under_the_roofline_only_less_work():
     from kgen.judge.evaluate import _fill_speed
     from kgen.problems.problem import load_problem
 
     problem = load_problem("softmax", "small")
-    settings = EvalSettings(device="cuda", baseline_eager_ms=2.0, baseline_compile_ms=1.0, floor_ms=0.5)
+    settings = EvalSettings(device="cuda", baseline_eager_ms=2.0, baseline_compile_ms=1.0, floor_ms=0.5,
+                            impossible_ms=0.1)
     ok = EvalResult(outcome="correct", runtime_ms=1.0)
     _fill_speed(ok, problem, settings)
     assert ok.outcome == "correct" and ok.speedup_eager == 2.0 and ok.speedup_compile == 1.0
-    assert ok.roofline_pct == 50.0
-    fast = EvalResult(outcome="correct", runtime_ms=0.25)
+    assert ok.roofline_pct == 50.0 and "less_work_than_reference" not in ok.details and not ok.message
+    # under the reference's roofline, above the time the outputs take to write: real, an algebraic shortcut
+    shortcut = EvalResult(outcome="correct", runtime_ms=0.25)
+    _fill_speed(shortcut, problem, settings)
+    assert shortcut.outcome == "correct" and shortcut.roofline_pct == 200.0 and shortcut.speedup_eager == 8.0
+    assert shortcut.details["less_work_than_reference"] and "less work than the reference" in shortcut.message
+    fast = EvalResult(outcome="correct", runtime_ms=0.05)
     _fill_speed(fast, problem, settings)
-    assert fast.outcome == "suspicious" and "roofline" in fast.message
+    assert fast.outcome == "suspicious" and "writing the outputs once" in fast.message
+
+
+def test_the_impossible_floor_is_the_outputs_written_once(tmp_path):
+    """KernelBench level 1 12_'s shape: diag(A) @ B is 2·N²·M FLOPs as the reference computes it, but a row
+    scaling needs only N·M multiplies; the floor a time must not beat counts the output's bytes alone."""
+    from kgen.problems.problem import load_problem
+    from kgen.problems.roofline import Ceilings, compute_roofline
+
+    path = tmp_path / "diag_matmul.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def forward(self, A, B):\n        return torch.diag(A) @ B\n\n\nN, M = 64, 48\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(N), torch.randn(N, M)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    roof = compute_roofline(load_problem(str(path), "full"))
+    assert roof.output_bytes == 64 * 48 * 4 and roof.flops >= 2 * 64 * 64 * 48
+    ceilings = Ceilings(device="x", bandwidth_bytes_per_s=1e9, fp32_flops_per_s=1e9, torch_version="t",
+                        measured_at=0.0)
+    assert roof.impossible_ms(ceilings) == 1e3 * 64 * 48 * 4 / 1e9
+    assert roof.floor_ms(ceilings) > 10 * roof.impossible_ms(ceilings)
 
 
 def test_cli_exit_codes_for_bad_input(tmp_path):

@@ -30,8 +30,9 @@ from kgen.store.history import History
 from conftest import PROBLEM_FILES
 
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
-SDPA, CUMPROD, GEMM_GROUPNORM = (str(PROBLEM_FILES / f) for f in
-                                 ("kb_l1_97_sdpa.py", "kb_l1_90_cumprod.py", "kb_l2_62_matmul_groupnorm.py"))
+SDPA, CUMPROD, GEMM_GROUPNORM, MSE_SCALAR = (str(PROBLEM_FILES / f) for f in
+                                             ("kb_l1_97_sdpa.py", "kb_l1_90_cumprod.py",
+                                              "kb_l2_62_matmul_groupnorm.py", "mse_loss_scalar.py"))
 RTOL = verify.default_rtol(torch.float32)
 # the judge's trials: fresh seeds, the last one's floating inputs ×100 (kgen.judge.judge.Judge.make_trials)
 TRIALS = [(11, 1.0), (12, 1.0), (13, 1.0), (14, 1.0), (15, 100.0), (16, 100.0), (17, 100.0)]
@@ -169,7 +170,8 @@ def test_the_prompt_states_the_judges_rule():
 # -- through `kgen eval`, in Triton's interpreter at the small size --------------------------------
 
 EVALS = {"honest_fp32_attention": (SDPA, "correct"), "tf32_matmul": ("matmul", "incorrect"),
-         "triton_cumprod": (CUMPROD, "correct")}
+         "triton_cumprod": (CUMPROD, "correct"),
+         "triton_mse_scalar": (MSE_SCALAR, "correct")}  # a 0-dim output (poisoned, sent, compared like any)
 
 
 @pytest.fixture(scope="module")

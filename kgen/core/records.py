@@ -71,7 +71,8 @@ class EvalSettings:
     min_timed_s: float = 1.0
     baseline_eager_ms: Optional[float] = None
     baseline_compile_ms: Optional[float] = None
-    floor_ms: Optional[float] = None
+    floor_ms: Optional[float] = None       # the roofline floor of the reference's bytes and FLOPs (% of roofline)
+    impossible_ms: Optional[float] = None  # writing the outputs once: a correct time below it is `suspicious`
     cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
     sandbox: str = "bwrap"  # "bwrap" | "none" (--no-sandbox: recorded with every result)
 

@@ -4,7 +4,7 @@ candidate does raises here; only bad input to kgen (an unknown problem, a bad de
 raises KgenError, and a fault of kgen's own becomes the outcome `harness_error`.
 
 Outcomes: static_reject, compile_error, runtime_error, timeout, incorrect, correct, suspicious (a
-correct candidate faster than the roofline floor, or whose reported time the judge's clock does not
+correct candidate faster than writing its outputs once allows, or whose reported time the judge's clock does not
 bear out), harness_error, and not_run: a CUDA candidate on a machine whose torch has no CUDA compiles
 with nvcc (so compile errors are still caught and reported as compile_error) but is not loaded, run,
 verified or timed; it is never called correct, and its runtime_ms is null.
@@ -195,24 +195,30 @@ def _fill_from_judge(result: EvalResult, sent: dict[str, Any]) -> None:
 
 
 def _fill_speed(result: EvalResult, problem: Problem, settings: EvalSettings) -> None:
-    """Speedups and roofline %; a correct time below the roofline floor is `suspicious`."""
+    """Speedups and roofline %; a correct time below the time its outputs take to write is `suspicious`, one
+    below the reference's roofline floor only marked as less work than the reference (kgen.problems.roofline)."""
     result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
     if result.outcome != Outcome.CORRECT.value or not result.runtime_ms:
         return
-    floor, roof, ceilings = settings.floor_ms, None, None
+    floor, impossible, roof, ceilings = settings.floor_ms, settings.impossible_ms, None, None
     if floor is None:
         from kgen.problems.roofline import compute_roofline, device_ceilings
 
         roof, ceilings = compute_roofline(problem), device_ceilings()
-        floor = roof.floor_ms(ceilings, settings.rtol)
+        floor, impossible = roof.floor_ms(ceilings, settings.rtol), roof.impossible_ms(ceilings)
     if floor:
         result.roofline_pct = floor / result.runtime_ms * 100.0
         result.details["floor_ms"] = floor
-        if result.runtime_ms < floor:
+        if impossible and result.runtime_ms < impossible:
             result.outcome = Outcome.SUSPICIOUS.value
-            result.message = (f"measured {result.runtime_ms:.4g} ms, below the roofline floor of {floor:.4g} ms "
-                              "(the least time the bytes and FLOPs need on this device): physically impossible, "
+            result.message = (f"measured {result.runtime_ms:.4g} ms, less than writing the outputs once takes on "
+                              f"this device ({impossible:.4g} ms at the measured bandwidth): physically impossible, "
                               "so the timing cannot be trusted; kept off the leaderboard")
+        elif result.runtime_ms < floor:
+            result.details["less_work_than_reference"] = True
+            result.message = (f"faster than the reference's roofline floor ({floor:.4g} ms, its bytes and FLOPs "
+                              "as the reference computes them): the kernel does less work than the reference (an "
+                              "algebraic shortcut, or input it need not read); its outputs matched on every trial")
     _fill_achieved(result, problem, settings, roof, ceilings)
 
 

@@ -286,8 +286,8 @@ class Judge(CompileSteps, Audits, TimedRuns):
         for x, name in zip(inputs, self.input_regions):
             if name is not None:
                 self.region(name).copy_(x)
-        for name in self.output_regions:
-            self.region(name).view(torch.uint8).fill_(verify.POISON_BYTE)
+        for name in self.output_regions:  # reshape: a 0-dim output (a full reduction) cannot be viewed as bytes
+            self.region(name).reshape(-1).view(torch.uint8).fill_(verify.POISON_BYTE)
         if self.gpu:
             torch.cuda.synchronize(self.device)
 

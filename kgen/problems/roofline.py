@@ -25,6 +25,11 @@ is used to call a time physically impossible (`suspicious`), and a legitimate ke
   * fp32 problems under a looser --rtol (TF32 lands near 3e-4, fp16/bf16 near 5e-4 to 4e-3): any
     tensor-core rate, so max(fp32, TF32, fp16/bf16);
   * fp16/bf16 problems: the 16-bit tensor-core rate.
+That floor counts the work the reference does, and a correct kernel may do less: diag(a) @ b is a row
+scaling, not a matmul (KernelBench level 1 12_), a global average of a convolution is a dot product of sums,
+and a kernel need not read an input the output does not depend on. So the floor a time must not beat to be
+believed (`impossible_ms`) is only what no correct kernel can skip: writing every output once at the
+measured bandwidth. A correct time between the two is real and marked as less work than the reference.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Roofline:
     bytes_moved: int
     flops: int
     dtype: str = "float32"  # the problem's floating dtype: it decides which arithmetic may pass the check
+    output_bytes: int = 0   # the outputs alone: every correct kernel writes them
 
     def compute_rate(self, ceilings: Ceilings, rtol: float | None = None) -> float:
         """FLOP/s of the fastest arithmetic that can pass the accuracy check (module docstring)."""
@@ -64,6 +70,12 @@ class Roofline:
             return None
         return 1e3 * max(self.bytes_moved / ceilings.bandwidth_bytes_per_s,
                          self.flops / self.compute_rate(ceilings, rtol))
+
+    def impossible_ms(self, ceilings: Ceilings | None) -> float | None:
+        """The least time any correct kernel needs: writing its outputs once (module docstring)."""
+        if ceilings is None:
+            return None
+        return 1e3 * self.output_bytes / ceilings.bandwidth_bytes_per_s
 
     def bound(self, ceilings: Ceilings, rtol: float | None = None) -> str:
         mem = self.bytes_moved / ceilings.bandwidth_bytes_per_s
@@ -207,11 +219,17 @@ def count_flops(problem: Problem) -> int:
 def compute_roofline(problem: Problem) -> Roofline:
     model, inputs, outs, counted = _meta_run(problem)
     state = list(model.parameters()) + list(model.buffers())
-    moved = (sum(_nbytes(x) for x in inputs if isinstance(x, torch.Tensor)) + sum(_nbytes(t) for t in state)
-             + sum(_nbytes(o) for o in outs if isinstance(o, torch.Tensor)))
+    written = sum(_nbytes(o) for o in outs if isinstance(o, torch.Tensor))
+    moved = sum(_nbytes(x) for x in inputs if isinstance(x, torch.Tensor)) + sum(_nbytes(t) for t in state) + written
     declared = getattr(problem.module, "KGEN_FLOPS", None)
     return Roofline(bytes_moved=int(moved), flops=int(declared) if declared is not None else counted,
-                    dtype=problem.dtype)
+                    dtype=problem.dtype, output_bytes=int(written))
+
+
+def floors(problem: Problem, rtol: float | None = None) -> tuple[float | None, float | None]:
+    """(the roofline floor, the impossible floor) in ms on this process's GPU (module docstring)."""
+    roof, ceilings = compute_roofline(problem), device_ceilings()
+    return roof.floor_ms(ceilings, rtol), roof.impossible_ms(ceilings)
 
 
 @dataclass(frozen=True)

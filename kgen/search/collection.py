@@ -341,14 +341,14 @@ def _eval_settings(config: CollectionConfig, device, problem) -> EvalSettings:
 
 
 def _set_floor(settings: EvalSettings, problem) -> None:
-    """The roofline floor a correct time below which is `suspicious` (measuring this GPU's ceilings the
-    first time, before any evaluator is busy)."""
+    """The roofline floor and the impossible floor a correct time below which is `suspicious` (measuring this
+    GPU's ceilings the first time, before any evaluator is busy)."""
     try:
-        from kgen.problems.roofline import compute_roofline, device_ceilings
+        from kgen.problems.roofline import floors
 
-        settings.floor_ms = compute_roofline(problem).floor_ms(device_ceilings(), settings.rtol)
+        settings.floor_ms, settings.impossible_ms = floors(problem, settings.rtol)
     except Exception:  # noqa: BLE001 - no floor means no `suspicious` by physics; the judge's clock still checks
-        settings.floor_ms = None
+        settings.floor_ms = settings.impossible_ms = None
 
 
 def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list[Entry], problems: dict,

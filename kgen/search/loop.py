@@ -245,13 +245,13 @@ class Search:
         first candidates compile, and fills the settings' baseline fields before it ends. Its GPU takes
         no candidate until it has (a baseline timed beside a candidate would skew both); the other GPUs
         of the machine do (a candidate's median on one GPU moves 0.2% with the other busy, RESULTS.md)."""
-        from kgen.problems.roofline import compute_roofline, device_ceilings
+        from kgen.problems.roofline import floors
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
                                 timeout_s=self.config.timeout_s, sandbox=self.config.sandbox)
         if settings.device == "cpu":
             return settings, None
-        settings.floor_ms = compute_roofline(self.problem).floor_ms(device_ceilings(), settings.rtol)
+        settings.floor_ms, settings.impossible_ms = floors(self.problem, settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
         self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
         thread = threading.Thread(target=self._time_baselines, args=(settings, device, stages), daemon=True,
