@@ -1,11 +1,11 @@
-"""While a search times its baselines on one GPU, candidates go to the machine's other GPUs (issue 27):
-the stages dispatch only to evaluators of another GPU, and results stored before the baselines were in
-get their speedups once they are. Real Ray (local) with stand-in evaluators that report a GPU UUID of
-their own (there is no GPU here: that, and only that, is stood in)."""
+"""Baselines and candidates share a GPU (issues 26, 27, 30): the baselines compile while candidates are
+judged, and only timed runs take turns, under the GPU's timing lock (kgen.judge.gpu_lock). Real
+processes and flock here; the GPU itself is not (there is none): a stand-in UUID names it."""
 from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -15,81 +15,96 @@ from rich.console import Console
 
 from kgen.core.records import EvalResult, EvalSettings
 
-
-def _compiled_at_once(problem, size, source_hash, source, settings):
-    import ray
-
-    return None, {}, {"node_id": ray.get_runtime_context().get_node_id(), "ip": "127.0.0.1"}
-
-
-class _TwoGpuEvaluator:
-    """Says it owns the GPU whose UUID is its process id (two actors: two "GPUs"); each result names it."""
-
-    def __init__(self, problem, size, source_hash):
-        pass
-
-    def device(self):
-        import ray
-
-        from kgen.search.workers import Device
-
-        return Device(name="Stand-in GPU", cuda_arch="9.0", node_id=ray.get_runtime_context().get_node_id(),
-                      gpu_uuid=f"GPU-{os.getpid()}")
-
-    def evaluate(self, source, settings):
-        return EvalResult(outcome="correct", device="cuda", size=settings.size, runtime_ms=0.5,
-                          details={"gpu_uuid": f"GPU-{os.getpid()}"})
+HOLDER = '''
+import sys, time
+from kgen.judge import gpu_lock
+with gpu_lock.exclusive(sys.argv[1]) as held:
+    print("held" if held["had"] else "not", flush=True)
+    time.sleep(float(sys.argv[2]))
+'''
 
 
-@pytest.mark.slow
-def test_candidates_go_only_to_the_other_gpu_while_the_baselines_hold_one():
-    import logging
+def _hold_in_another_process(uuid: str, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uuid, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
 
-    import ray
-    from ray import cloudpickle
 
-    from kgen.search.cluster import Cluster, Placement
-    from kgen.search.workers import Job, Stages
+def test_the_timing_lock_keeps_two_processes_apart_and_is_per_gpu():
+    from kgen.judge import gpu_lock
 
-    class TwoGpuStages(Stages):
-        compile_function = staticmethod(_compiled_at_once)
-        evaluator_class = _TwoGpuEvaluator
-
-    saved_env = dict(os.environ)  # ray.init sets RAY_AUTH_MODE here; later tests' subprocesses must not inherit it
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    uuid = f"GPU-test-{os.getpid()}-a"
+    holder = _hold_in_another_process(uuid, 1.5)
     try:
-        stages = TwoGpuStages(Cluster(address=None, num_cpus=3, num_gpus=0,
-                                      placement=Placement(2, dict(num_cpus=1))), "unused.py", "small")
-        deadline = time.monotonic() + 60
-        while len(stages._free) < 2:  # both evaluators answered their ping: their GPUs are known
-            stages.poll(timeout_s=0.5)
-            assert time.monotonic() < deadline, "the stand-in evaluators never answered"
-        held = stages._actor_gpus[0]
-        assert held and stages._actor_gpus[1] and stages._actor_gpus[1] != held
-        list(stages.submit([Job(cid, f"# candidate {cid}") for cid in range(1, 7)], EvalSettings(device="cuda")))
-        seen: list[EvalResult] = []
-        while len(seen) < 6 and time.monotonic() < deadline:
-            events = stages.poll(timing_open=False, evaluator_open=stages.gpus_other_than(held))
-            seen += [e.result for e in events if e.kind == "done"]
-        assert len(seen) == 6
-        assert {r.details["gpu_uuid"] for r in seen} == {stages._actor_gpus[1]}  # never the baselines' GPU
-        # without a GPU to keep clear (None: the baselines are not timed here) nothing is dispatched
-        list(stages.submit([Job(7, "# candidate 7")], EvalSettings(device="cuda")))
-        for _ in range(6):
-            assert not [e for e in stages.poll(timing_open=False, evaluator_open=stages.gpus_other_than(None))
-                        if e.kind in ("timing", "done")]
-        stages.close()
+        with gpu_lock.exclusive(f"GPU-test-{os.getpid()}-b") as other:  # another GPU: no wait
+            assert other["had"] and other["waited_s"] < 0.5
+        with gpu_lock.exclusive(uuid) as held:  # the same GPU: waits for the other process to let go
+            assert held["had"] and held["waited_s"] >= 0.8
+            assert holder.poll() is not None or holder.wait(5) == 0
     finally:
-        ray.shutdown()
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-        os.environ.clear()
-        os.environ.update(saved_env)
+        holder.kill()
+        holder.wait()
 
 
-class _OtherGpuStages:
-    """The stages as the search sees them, without Ray: while the search keeps the GPUs closed it must
-    pass an evaluator filter; each poll then finishes one job, correct, as the other GPU would."""
+def test_a_lock_never_had_is_given_up_on_and_said_so_and_a_dead_holder_lets_go():
+    from kgen.judge import gpu_lock
+
+    uuid = f"GPU-test-{os.getpid()}-c"
+    holder = _hold_in_another_process(uuid, 60)
+    try:
+        with gpu_lock.exclusive(uuid, wait_s=0.3) as held:
+            assert not held["had"] and 0.3 <= held["waited_s"] < 5
+        holder.kill()  # killed while holding it: the kernel drops the flock with the process
+        holder.wait()
+        with gpu_lock.exclusive(uuid, wait_s=5) as held:
+            assert held["had"] and held["waited_s"] < 1
+    finally:
+        holder.kill()
+        holder.wait()
+    assert gpu_lock.exclusive(None).__enter__() == {"waited_s": 0.0, "had": False}  # no GPU: nothing held
+
+
+STAND_IN_WORKER = '''
+import fcntl, sys
+import kgen.judge.baseline_worker as worker
+from kgen.judge import gpu_lock
+
+def stand_in(job, ready):  # the GPU part mocked: "compiles", says so with its GPU's UUID, waits, "times"
+    gpu_lock.device_uuid = lambda device=None: job["uuid"]  # what the child would read from CUDA
+    ready()
+    with open(gpu_lock.lock_path(job["uuid"]), "a+") as handle:  # the parent must hold it now
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held_by_parent = False
+        except BlockingIOError:
+            held_by_parent = True
+    return {"eager_ms": 1.5, "compile_ms": 1.25, "settings": {"held_by_parent": held_by_parent}, "errors": {}}
+
+worker.time_baselines = stand_in
+worker.main()
+'''
+
+
+def test_the_baselines_are_timed_under_their_gpus_lock(tmp_path, monkeypatch):
+    """The real child process and pipe protocol, with the GPU work stood in: the child names its GPU when
+    it has compiled, and its timed runs happen while the parent holds that GPU's timing lock; a judge
+    timing on that GPU meanwhile waits (here: a second holder in this process)."""
+    from kgen.judge import baselines, gpu_lock
+
+    (tmp_path / "stand_in_worker.py").write_text(STAND_IN_WORKER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setattr(baselines, "WORKER", "stand_in_worker")
+    uuid = f"GPU-test-{os.getpid()}-d"
+    sent = baselines._time_in_child({"uuid": uuid})
+    assert sent is not None and (sent["eager_ms"], sent["compile_ms"]) == (1.5, 1.25)
+    assert sent["settings"]["held_by_parent"] is True
+    with gpu_lock.exclusive(uuid, wait_s=1) as held:  # and let go of once the child is done
+        assert held["had"]
+
+
+class _AnyGpuStages:
+    """The stages as the search sees them, without Ray: each poll finishes one job, correct, on whichever
+    GPU; the search must never hold them back while its baselines are being timed."""
 
     compiling_count = 0
 
@@ -100,16 +115,10 @@ class _OtherGpuStages:
         self.pending += jobs
         return []
 
-    def gpus_other_than(self, gpu):
-        return lambda index: index == 1
-
-    def poll(self, timing_open, evaluator_open=None):
+    def poll(self, timing_open=True):
         from kgen.search.workers import StageEvent
 
-        self.polls.append((timing_open, evaluator_open is not None))
-        if not timing_open and evaluator_open is None:
-            time.sleep(0.01)
-            return []
+        self.polls.append(timing_open)
         done, self.pending = self.pending[:1], self.pending[1:]
         return [StageEvent("done", job.candidate_id, EvalResult(outcome="correct", language="triton", device="cuda",
                                                                 size="small", runtime_ms=0.25)) for job in done]
@@ -131,8 +140,7 @@ def test_results_stored_before_the_baselines_get_their_speedups_once_they_are_in
     progress = SearchProgress(Console(file=out, width=200))
     problem = load_problem("softmax", "small")
     search = Search(db, config, problem, make_proposer("offline", problem=problem), progress)
-    search._open_run("Stand-in GPU", 2)
-    search._baseline_gpu = "GPU-0"
+    search._open_run("Stand-in GPU", 1)
     settings = EvalSettings(device="cuda", size="small")
     release = threading.Event()
 
@@ -142,7 +150,7 @@ def test_results_stored_before_the_baselines_get_their_speedups_once_they_are_in
 
     thread = threading.Thread(target=baselines, daemon=True)
     thread.start()
-    stages = _OtherGpuStages()
+    stages = _AnyGpuStages()
     real_add = __import__("kgen.store.queries", fromlist=["add_evaluation"]).add_evaluation
     stored = []
 
@@ -160,7 +168,7 @@ def test_results_stored_before_the_baselines_get_their_speedups_once_they_are_in
         search._rounds(stages, settings, 0, "Stand-in GPU", thread)  # done before the baselines: waits for them
     finally:
         search_module.queries.add_evaluation = saved
-    assert stages.polls[0] == (False, True)  # the other GPU was open while the baselines ran
+    assert stages.polls and all(p is True for p in stages.polls)  # the GPU was open while the baselines ran
     with db.reader() as s:
         rows = s.query(Evaluation).all()
     assert len(rows) == 3

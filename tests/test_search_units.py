@@ -161,7 +161,7 @@ class _InstantStages:
         self.pending += jobs
         return []
 
-    def poll(self, timing_open, evaluator_open=None):
+    def poll(self, timing_open=True):
         from kgen.search.workers import StageEvent
 
         done, self.pending = self.pending[:1], self.pending[1:]

@@ -2,9 +2,9 @@
 torch.compile(mode="max-autotune"), in a child process of kgen's own (trusted code, no candidate:
 no sandbox), so torch.compile's state and memory go with it. The job (one JSON line) comes on stdin;
 lines of JSON go back through descriptor FD (stdout is left to torch.compile's chatter): first
-{"ready_to_time": true} once every variant is compiled and warm, then, after the parent answers with
-a line on stdin (it may first stop whatever else it runs on this machine, kgen eval's started
-sandboxes, so nothing competes with the timed runs), the result.
+{"ready_to_time": true, "gpu_uuid": ...} once every variant is compiled and warm, then, after the parent
+answers with a line on stdin (it first takes that GPU's timing lock, kgen.judge.gpu_lock, so no
+candidate is timed beside the baselines, and may stop other things of its own), the result.
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def _error(e: Exception) -> str:
 def main() -> None:
     job = json.loads(sys.stdin.readline())
     with os.fdopen(int(sys.argv[1]), "w") as out:
-        def ready() -> None:  # compiled: wait for the parent's go before timing
-            out.write(json.dumps({"ready_to_time": True}) + "\n")
+        def ready() -> None:  # compiled: wait for the parent's go before timing (it takes this GPU's timing lock)
+            from kgen.judge.gpu_lock import device_uuid
+
+            out.write(json.dumps({"ready_to_time": True, "gpu_uuid": device_uuid()}) + "\n")
             out.flush()
             sys.stdin.readline()
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Optional
 
+from kgen.judge import gpu_lock
 from kgen.problems.problem import Problem
 
 BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
@@ -22,9 +23,10 @@ WORKER = "kgen.judge.baseline_worker"  # the module the child runs (tests put a 
 
 
 def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
-    """Run kgen.judge.baseline_worker on `job`; its result, or None if it failed or timed out. `hold()`, when
-    given, is entered once the worker has compiled every variant and before it times them, and left
-    when it ends (kgen eval stops its started sandboxes so: nothing of ours competes with the timed runs)."""
+    """Run kgen.judge.baseline_worker on `job`; its result, or None if it failed or timed out. Once the worker
+    has compiled every variant, its GPU's timing lock (kgen.judge.gpu_lock) is taken until it ends: the
+    compiles overlap candidates' evaluations, the timed runs never do. `hold()`, when given, is entered
+    then too (a caller may stop its own idle sandboxes so)."""
     import json
     import os
     import select
@@ -56,6 +58,8 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
                     line, buffer = buffer.split(b"\n", 1)
                     message = json.loads(line or b"null")
                     if isinstance(message, dict) and message.get("ready_to_time"):
+                        uuid = message.get("gpu_uuid")
+                        held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None))
                         if hold is not None:
                             held.enter_context(hold())
                         proc.stdin.write(b"go\n")

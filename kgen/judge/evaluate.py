@@ -15,6 +15,7 @@ claimed.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -137,13 +138,14 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
                  baselines: Optional[Callable[..., Optional[tuple]]] = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
-    sandboxes this one evaluation takes all start at once (with no spares beyond them), importing torch
-    while the baselines compile; they are stopped while the baselines are timed (eager and
-    torch.compile on a GPU, unless `baselines` is None: `baselines(problem, device, max_autotune=False,
-    hold=...)` gives them, as kgen.store.baselines.get_baselines_at does from a results DB, where they are
-    timed once per problem, device and versions, then read back), then the judge takes them.
-    `details["breakdown"]` holds where the seconds went: static_s, baselines_s, close_s (stopping the
-    sandboxes left over), then the judge's phases."""
+    sandboxes this one evaluation takes all start at once (with no spares beyond them), and on a GPU the
+    baselines (eager and torch.compile, unless `baselines` is None: `baselines(problem, device,
+    max_autotune=False)` gives them, as kgen.store.baselines.get_baselines_at does from a results DB, where
+    they are timed once per problem, device and versions, then read back) are compiled and timed in a
+    thread beside the judge: the GPU's timing lock (kgen.judge.gpu_lock) keeps their timed runs and the
+    candidate's apart, so only those wait for each other. `details["breakdown"]` holds where the seconds
+    went: static_s, baselines_s (beside the judge), baselines_wait_s (after it, waiting for them), close_s
+    (stopping the sandboxes left over), then the judge's phases."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -160,15 +162,32 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
     check_sandbox(mode)
     spares = SpareRunners(mode, depth=0)
     breakdown: dict[str, Any] = {"static_s": static_s}
+    timed: dict[str, Any] = {}
+    thread = None
     try:
         spares.prestart(spare_key(device), _processes(verdict.language, device))
         if baselines is not None and device != "cpu":
-            mark = time.monotonic()
-            times = baselines(problem, device, max_autotune=False, hold=spares.paused)
-            if times is not None:
-                settings.baseline_eager_ms, settings.baseline_compile_ms = times[0], times[1]
-            breakdown["baselines_s"] = round(time.monotonic() - mark, 3)
+            def time_them() -> None:
+                mark = time.monotonic()
+                try:
+                    timed["times"] = baselines(problem, device, max_autotune=False)
+                except BaseException as e:  # noqa: BLE001 - raised in the caller's thread, below
+                    timed["error"] = e
+                timed["seconds"] = round(time.monotonic() - mark, 3)
+
+            thread = threading.Thread(target=time_them, daemon=True, name="kgen-eval-baselines")
+            thread.start()
         result = evaluate_candidate(problem, source, settings, spares)
+        if thread is not None:
+            mark = time.monotonic()
+            thread.join()
+            breakdown["baselines_s"], breakdown["baselines_wait_s"] = timed.get("seconds"), round(
+                time.monotonic() - mark, 3)
+            if "error" in timed:
+                raise timed["error"]
+            if timed.get("times") is not None:
+                settings.baseline_eager_ms, settings.baseline_compile_ms = timed["times"][0], timed["times"][1]
+                result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
     finally:
         closing = time.monotonic()
         spares.close()

@@ -94,6 +94,24 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.phases[name] = round(self.phases.get(name, 0.0) + now - self._mark, 3)
         self._mark = now
 
+    @contextlib.contextmanager
+    def gpu_alone(self, what: str):
+        """Hold this GPU's timing lock (kgen.judge.gpu_lock) for a timed measurement: a baseline being
+        timed beside it would skew both. The wait is the judge's, not the candidate's: its deadline moves
+        by it, and the phases leave it out (`gpu_wait_s`)."""
+        from kgen.judge import gpu_lock
+
+        if not hasattr(self, "_gpu_uuid"):
+            self._gpu_uuid = gpu_lock.device_uuid(self.device)
+        with gpu_lock.exclusive(self._gpu_uuid) as held:
+            waited = held["waited_s"]
+            self.deadline += waited
+            self._mark += waited
+            self.phases["gpu_wait_s"] = round(self.phases.get("gpu_wait_s", 0.0) + waited, 3)
+            if not held["had"]:
+                self.evidence.details.setdefault("gpu_lock", []).append(f"{what}: not had in {waited:.0f} s")
+            yield
+
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
 
@@ -468,8 +486,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
                 details["sandbox"]["isolation"] = slot.process.isolation
                 watch = Stopwatch(self, slot) if self.gpu else None
                 if watch is not None:
-                    watch.calibrate()
-                    self.phase("calibration_s")
+                    with self.gpu_alone("calibration"):
+                        watch.calibrate()
+                        self.phase("calibration_s")
                     if reference is None:
                         reference = self.reference_runner_begin(job)
                 try:
@@ -485,11 +504,12 @@ class Judge(CompileSteps, Audits, TimedRuns):
             timing = None
             if self.gpu:
                 watch.reference = self.reference_runner_end(reference)
-                with self.spares.paused() if self.spares is not None else contextlib.nullcontext():
-                    timing = self.timing(slot, watch)
-                self.phase("timing_s")
-                self.audit_gpu_kernels(slot, timing["median_ms"] if timing else None)
-                self.phase("profile_s")
+                with self.gpu_alone("timing"):
+                    with self.spares.paused() if self.spares is not None else contextlib.nullcontext():
+                        timing = self.timing(slot, watch)
+                    self.phase("timing_s")
+                    self.audit_gpu_kernels(slot, timing["median_ms"] if timing else None)
+                    self.phase("profile_s")
                 details["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
                                    "cudnn": torch.backends.cudnn.allow_tf32}
             result = dict(outcome=Outcome.CORRECT.value, message="", runtime_ms=timing["median_ms"] if timing else None,

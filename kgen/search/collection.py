@@ -26,7 +26,7 @@ import json
 import re
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, TextIO
@@ -362,6 +362,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     done_ids = queries.evaluated_candidate_ids(db, run_id)
     todo = [e for e in entries if e.error is None and candidates[e.label][0] not in done_ids]
     label_of = {candidates[e.label][0]: e.label for e in todo}
+    reference_of = {candidates[e.label][0]: e.reference for e in todo}
     progress.start(total=sum(e.error is None for e in entries), done=len(candidates) - len(todo))
     if device.name == "cpu":
         progress.note("no GPU: Triton candidates run in Triton's interpreter at the small size, CUDA ones are "
@@ -370,70 +371,57 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     for e in todo:
         if e.reference not in by_problem:
             by_problem[e.reference] = _eval_settings(config, device, problems[e.reference])
-    for e in todo:  # the CPUs start at once; floors and baselines are in before any GPU takes a candidate
+    for e in todo:  # the CPUs start at once; the floors are in before any GPU takes a candidate (poll, below)
         problem = problems[e.reference]
         stages.submit([Job(candidates[e.label][0], candidates[e.label][1],
                            (problem_ref(str(problem.path)), problem.size, problem.source_hash))],
                       by_problem[e.reference])
-    pending = {}  # baseline ref -> (reference, evaluator index): one at a time per evaluator
-    queue = deque()  # references whose baselines are still to be sent
+    pending = {}  # baseline ref -> reference
+    early: dict[str, list[int]] = {}  # reference -> its evaluations stored before its baselines were in
     if device.name != "cpu":
         for reference, settings in by_problem.items():
             _set_floor(settings, problems[reference])
             row = kgen_baselines.cached_baselines(db, problems[reference], device.name)
             if row is not None:
                 settings.baseline_eager_ms, settings.baseline_compile_ms = row.eager_ms, row.compile_ms
-        queue = deque(r for r, settings in by_problem.items() if settings.baseline_eager_ms is None)
-        if queue:
-            progress.note(f"timing the baselines of {len(queue)} problem(s) (eager, torch.compile; kept in the "
-                          "DB) on the GPUs while the candidates compile")
-            for index in range(min(stages.evaluator_count, len(queue))):
-                _send_baseline(stages, queue, problems, pending, index)
-    while stages.in_flight:
+        missing = [r for r, settings in by_problem.items() if settings.baseline_eager_ms is None]
+        if missing:
+            progress.note(f"timing the baselines of {len(missing)} problem(s) (eager, torch.compile; kept in the "
+                          "DB) on the GPUs beside the candidates (only the timed runs take turns)")
+        for k, reference in enumerate(missing):  # spread over the evaluators, each compiling two at a time
+            problem = problems[reference]
+            ref = stages.time_baselines((problem_ref(str(problem.path)), problem.size, problem.source_hash),
+                                        k % stages.evaluator_count)
+            pending[ref] = reference
+    while stages.in_flight or pending:
         if pending:
-            for index in _collect_baselines(db, pending, problems, by_problem, device.name, progress):
-                if queue:
-                    _send_baseline(stages, queue, problems, pending, index)
-        waiting = [problems[r].source_hash for r in queue] + [problems[r].source_hash for r, _ in pending.values()]
-        for event in stages.poll(timing_open=_baselines_in(set(waiting))):
+            _collect_baselines(db, pending, problems, by_problem, device.name, progress, early)
+        for event in stages.poll():
             if event.kind == "done":
-                queries.add_evaluation(db, event.candidate_id, event.result)
+                reference = reference_of[event.candidate_id]
+                settings = by_problem[reference]
+                if event.result.eager_ms is None and settings.baseline_eager_ms is not None:  # in since it was sent
+                    event.result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
+                evaluation_id = queries.add_evaluation(db, event.candidate_id, event.result)
+                if event.result.eager_ms is None and reference in pending.values():
+                    early.setdefault(reference, []).append(evaluation_id)  # its speedups when they are in
                 progress.finished(label_of[event.candidate_id], event.result.outcome,
                                   event.result.speedup_eager)
             elif event.kind == "requeued":
                 progress.note(f"{label_of[event.candidate_id]}: {event.note}")
 
 
-def _baselines_in(waiting: set[str]):
-    """Stages.poll's `timing_open`: a job may be timed once its problem's baselines are in (`waiting`
-    holds the source hashes of the problems still being timed)."""
-    return (lambda job: job.problem[2] not in waiting) if waiting else True
-
-
-def _send_baseline(stages, queue: deque, problems: dict, pending: dict, index: int) -> None:
-    """The next problem's baselines to evaluator `index` (a big collection has more problems than GPUs:
-    one at a time each, so a candidate sent to that evaluator never waits behind a queue of them)."""
-    from kgen.search.workers import problem_ref
-
-    reference = queue.popleft()
-    problem = problems[reference]
-    ref = stages.time_baselines((problem_ref(str(problem.path)), problem.size, problem.source_hash), index)
-    pending[ref] = (reference, index)
-
-
 def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: dict, device: str,
-                       progress: CollectionProgress) -> list[int]:
-    """Store the baselines that came back (their problems' candidates may then be timed); returns the
-    evaluators that are done with theirs."""
+                       progress: CollectionProgress, early: dict[str, list[int]]) -> None:
+    """Store the baselines that came back, for the candidates still to come and (their speedups) for
+    those evaluated before them."""
     import ray
 
     from kgen.store import baselines as kgen_baselines
 
     done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-    freed = []
     for ref in done:
-        reference, index = pending.pop(ref)
-        freed.append(index)
+        reference = pending.pop(ref)
         problem, settings = problems[reference], by_problem[reference]
         try:
             sent = ray.get(ref)
@@ -442,10 +430,12 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
             progress.note(f"the baselines of {problem.name} could not be timed ({type(e).__name__}); its speedups "
                           "stay empty")
         if sent is None:
+            early.pop(reference, None)
             continue
         kgen_baselines.store_baselines(db, problem, device, sent)
         settings.baseline_eager_ms, settings.baseline_compile_ms = sent.get("eager_ms"), sent.get("compile_ms")
-    return freed
+        if early.get(reference):
+            queries.set_baselines(db, early.pop(reference), settings.baseline_eager_ms, settings.baseline_compile_ms)
 
 
 def entry_results(db: Database, run_id: int) -> tuple[list[EntryResult], bool]:

@@ -21,7 +21,6 @@ but not evaluated, and never evaluating a stored result twice.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -218,7 +217,6 @@ class Search:
         self.started = time.monotonic()
         self._ncu_s, self._ncu_last_s = 0.0, 0.0  # seconds in Nsight Compute profiles: in all, the last one
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
-        self._baseline_gpu: Optional[str] = None  # the UUID of the GPU the baselines are timed on (a local one)
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
         # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
@@ -240,11 +238,11 @@ class Search:
     def _since_start(self, name: str) -> None:
         self.startup.setdefault(name, round(time.monotonic() - self.started, 3))
 
-    def _settings(self, device: str, stages=None) -> tuple[EvalSettings, Optional[threading.Thread]]:
+    def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
         """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
-        first candidates compile, and fills the settings' baseline fields before it ends. Its GPU takes
-        no candidate until it has (a baseline timed beside a candidate would skew both); the other GPUs
-        of the machine do (a candidate's median on one GPU moves 0.2% with the other busy, RESULTS.md)."""
+        first candidates compile, and fills the settings' baseline fields before it ends. Every GPU takes
+        candidates meanwhile: the GPU's timing lock (kgen.judge.gpu_lock) keeps the baselines' timed runs
+        and a candidate's apart (a baseline timed beside a candidate would skew both), so only those wait."""
         from kgen.problems.roofline import floors
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
@@ -253,23 +251,20 @@ class Search:
             return settings, None
         settings.floor_ms, settings.impossible_ms = floors(self.problem, settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
-        self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates compile ...")
-        thread = threading.Thread(target=self._time_baselines, args=(settings, device, stages), daemon=True,
+        self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates are judged ...")
+        thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
                                   name="kgen-baselines")
         thread.start()
         return settings, thread
 
-    def _time_baselines(self, settings: EvalSettings, device: str, stages=None) -> None:
-        """The baselines, compiled while the evaluators' sandboxes start, and timed with those stopped."""
+    def _time_baselines(self, settings: EvalSettings, device: str) -> None:
+        """The baselines, compiled while the evaluators' sandboxes start and the first candidates are judged,
+        and timed under their GPU's timing lock."""
         from kgen.store.baselines import get_baselines
 
         started = time.monotonic()
-        hold = getattr(stages, "spares_stopped", None)
-        if hold is not None and self._baseline_gpu is not None:  # only that GPU's evaluators: the others work
-            hold = functools.partial(hold, gpu=self._baseline_gpu)
         try:
-            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune,
-                                      hold=hold)
+            baselines = get_baselines(self.db, self.problem, device, max_autotune=self.config.baseline_max_autotune)
         except Exception as e:  # noqa: BLE001 - no baselines means no speedups, not a failed search
             self.progress.note(f"the baselines could not be timed ({type(e).__name__}: {e}); speedups stay empty")
             return
@@ -282,7 +277,7 @@ class Search:
         import torch
 
         from kgen.problems.roofline import device_ceilings
-        from kgen.search.workers import Stages, gpu_uuid
+        from kgen.search.workers import Stages
 
         if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
             device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
@@ -290,12 +285,11 @@ class Search:
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         local_gpu = self._local_gpu(cluster)
         if local_gpu:  # the baselines need no evaluator: they start while the evaluators do
-            self._baseline_gpu = gpu_uuid(0)  # timed here, on this process's first GPU
-            settings, baselines = self._settings(local_gpu, stages)
+            settings, baselines = self._settings(local_gpu)
         device = stages.device()
         self._since_start("evaluators_s")
         if not local_gpu:
-            settings, baselines = self._settings(device.name, stages)
+            settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
         rounds_done = self._open_run(device.name, stages.evaluator_count if device.name != "cpu" else 0)
@@ -365,13 +359,10 @@ class Search:
                     baselines.join()
                     self._late_baselines(settings, early)
                 return
-            gpus_open = baselines is None or not baselines.is_alive()
-            if gpus_open and early:
+            baselines_in = baselines is None or not baselines.is_alive()
+            if baselines_in and early:
                 self._late_baselines(settings, early)
-            other_gpus = None
-            if not gpus_open and self._baseline_gpu is not None and hasattr(stages, "gpus_other_than"):
-                other_gpus = stages.gpus_other_than(self._baseline_gpu)
-            for event in stages.poll(timing_open=gpus_open, evaluator_open=other_gpus):
+            for event in stages.poll():  # every GPU takes candidates: their timed runs and the baselines' take turns
                 if event.kind == "timing":
                     self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)
@@ -383,10 +374,10 @@ class Search:
                     self._since_start("first_result_s")
                     self._add_judge_phases(event.result)
                     before_baselines = event.result.eager_ms is None and settings.device != "cpu"
-                    if before_baselines and gpus_open:  # sent before the baselines were in, back after
+                    if before_baselines and baselines_in:  # sent before the baselines were in, back after
                         event.result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
                     evaluation_id = queries.add_evaluation(self.db, event.candidate_id, event.result)
-                    if before_baselines and not gpus_open:
+                    if before_baselines and not baselines_in:
                         early[event.candidate_id] = evaluation_id
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
@@ -407,7 +398,7 @@ class Search:
                 result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
                 counts.consider_best(candidate_id, result.speedup_eager, result.speedup_compile, spread)
             self.progress.note(f"  the baselines are in: speedups added to {len(early)} candidate(s) evaluated "
-                               "on the other GPU(s) meanwhile")
+                               "meanwhile")
         early.clear()
 
     def _stall_profiles(self, stages, settings: EvalSettings, round_index: int) -> None:

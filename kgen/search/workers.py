@@ -21,12 +21,11 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -38,6 +37,9 @@ from kgen.search.cluster import Cluster, where_am_i
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
 # candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
 ACTOR_GRACE_S = 120.0
+# Problems whose baselines one evaluator compiles at once beside its candidate (each holds its model and
+# inputs on the GPU: more would crowd the candidate's memory at KernelBench's biggest sizes).
+BASELINES_PER_EVALUATOR = 2
 # Attempts a candidate gets after the first when the Ray worker or node running it dies.
 MAX_REQUEUES = 2
 # ... and after a harness_error result.
@@ -114,7 +116,6 @@ class _Evaluator:
             _load(*self.problem)
         # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
         self.spares = None
-        self._stopped = None  # the spares' paused() context while the search times its baselines
 
     def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
         """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
@@ -136,8 +137,8 @@ class _Evaluator:
 
     def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
         """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.judge.baselines, in
-        a child process of kgen's own), so a collection's baselines take turns with its candidates on
-        every GPU instead of one; the driver stores them. None when they could not be timed."""
+        a child process of kgen's own), in the actor's "baselines" concurrency group: beside its candidates,
+        on every GPU; the driver stores them. None when they could not be timed."""
         from kgen.judge.baselines import time_baselines
 
         return time_baselines(_load(*problem), max_autotune)
@@ -145,8 +146,8 @@ class _Evaluator:
     def prestart(self, sandbox: str, language: str) -> None:
         """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
         and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
-        them make their CUDA contexts: they start while the search times its baselines, not when the
-        first candidate arrives. The search stops them (stop_spares) while the baselines are timed."""
+        them make their CUDA contexts: they start while the search compiles its baselines, not when the
+        first candidate arrives."""
         from kgen.judge.evaluate import sandbox_mode
         from kgen.judge.spares import SpareRunners
 
@@ -159,15 +160,6 @@ class _Evaluator:
         self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
         if device != "cpu":
             self.spares.warm()
-
-    def stop_spares(self, stopped: bool) -> None:
-        """SIGSTOP (True) or SIGCONT (False) the waiting sandboxes: the baselines are timed meanwhile."""
-        if stopped and self.spares is not None and self._stopped is None:
-            self._stopped = self.spares.paused()
-            self._stopped.__enter__()
-        elif not stopped and self._stopped is not None:
-            self._stopped.__exit__(None, None, None)
-            self._stopped = None
 
     @staticmethod
     def _judge_device() -> str:
@@ -253,7 +245,10 @@ class Stages:
         compile_options = (self._reservation.compile_options() if self._reservation
                            else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
         self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
-        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0)(self.evaluator_class)
+        # baselines run in a concurrency group of their own: they compile beside the candidate being judged
+        # (kgen.judge.gpu_lock keeps their timed runs and its apart), while evaluations stay one at a time
+        self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0,
+                                       concurrency_groups={"baselines": BASELINES_PER_EVALUATOR})(self.evaluator_class)
         self._actor_options = placement.actor_options
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
@@ -277,29 +272,6 @@ class Stages:
             return
         for actor in self.actors:
             actor.prestart.remote(sandbox, language)
-
-    @contextlib.contextmanager
-    def spares_stopped(self, timeout_s: float = 30.0, gpu: Optional[str] = None) -> Iterator[None]:
-        """The evaluators' waiting sandboxes stopped for the duration (the baselines' timed runs): nothing
-        of the search's own competes with them for the CPU that launches their kernels. `gpu`: only the
-        evaluators of that GPU (UUID) and those not known yet; the others may be busy with a candidate,
-        and an actor's call waits for its candidate to end."""
-        import ray
-
-        if not hasattr(self.evaluator_class, "stop_spares"):
-            yield
-            return
-        actors = [a for a, uuid in zip(self.actors, self._actor_gpus) if gpu is None or uuid in (None, gpu)]
-        ray.wait([a.stop_spares.remote(True) for a in actors], num_returns=len(actors), timeout=timeout_s)
-        try:
-            yield
-        finally:
-            ray.wait([a.stop_spares.remote(False) for a in actors], num_returns=len(actors), timeout=timeout_s)
-
-    def gpus_other_than(self, gpu: Optional[str]) -> Callable[[int], bool]:
-        """A predicate on evaluator indexes for `poll`: True for an evaluator known to own a GPU other than
-        `gpu` (a UUID), so candidates go to the other GPUs while that one times the baselines."""
-        return lambda index: gpu is not None and self._actor_gpus[index] not in (None, gpu)
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
@@ -466,23 +438,15 @@ class Stages:
                 return item
         return None
 
-    def poll(self, timeout_s: float = 0.5, timing_open=True,
-             evaluator_open: Optional[Callable[[int], bool]] = None) -> list[StageEvent]:
-        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a
-        predicate on the job: the search holds the GPUs back while its baselines are being timed; with
-        `timing_open` False, still to the evaluators `evaluator_open(index)` accepts: those of the other
-        GPUs), wait up to `timeout_s` for anything to finish, and return the events: 'timing' for each
-        dispatch, 'requeued' for each attempt a dead worker cut short, 'done' with each result."""
+    def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
+        """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a predicate
+        on the job), wait up to `timeout_s` for anything to finish, and return the events: 'timing' for
+        each dispatch, 'requeued' for each attempt a dead worker cut short, 'done' with each result."""
         import ray
 
         events: list[StageEvent] = []
-        by_evaluator = timing_open is False and evaluator_open is not None
-        while self._free:
-            free = [i for i in self._free if evaluator_open(i)] if by_evaluator else self._free
-            if not free or (item := self._next_ready(True if by_evaluator else timing_open)) is None:
-                break
-            index = free[0]
-            self._free.remove(index)
+        while self._free and (item := self._next_ready(timing_open)) is not None:
+            index = self._free.pop(0)
             job, settings = item
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
@@ -537,9 +501,9 @@ class Stages:
 
     def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
         """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
-        gives a dict, or None. An actor runs its calls one at a time, so a baseline never shares a GPU
-        with a candidate (one sent to a busy evaluator waits for its candidate, and delays the next)."""
-        return self.actors[index].baselines.remote(problem, max_autotune)
+        gives a dict, or None. It runs beside the evaluator's candidates (BASELINES_PER_EVALUATOR at a time,
+        the rest queued): compiling while they are judged, timed under the GPU's timing lock."""
+        return self.actors[index].baselines.options(concurrency_group="baselines").remote(problem, max_autotune)
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is

@@ -1,0 +1,71 @@
+"""One GPU's timing lock: a timed measurement (a candidate's calibration and timed runs, a baseline's
+timed runs) holds its GPU alone, while everything else that uses the GPU (references, compile steps,
+verification, torch.compile's compiles) goes on beside it. That is what lets the baselines compile while
+candidates are judged on the same GPU, and the first candidate start before the baselines are in.
+
+Across processes: an flock on a file named by the GPU's UUID (the same GPU has the same UUID in every
+process, whatever CUDA_VISIBLE_DEVICES numbers it), under the machine's temporary directory; a process
+that dies lets go of it. Two threads of one process exclude each other too (each opens the file itself).
+A sandboxed candidate has a private /tmp and cannot reach it. A lock not had within WAIT_S is given up
+on and the measurement goes ahead (recorded by the caller): a stuck holder must not stop the search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+WAIT_S = 900.0  # longer than any timed measurement (max-autotune's timing included), short of forever
+POLL_S = 0.02
+
+
+def lock_path(uuid: str) -> Path:
+    folder = Path(tempfile.gettempdir()) / f"kgen-gpu-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / f"{''.join(c for c in uuid if c.isalnum() or c == '-')[:80] or 'gpu'}.lock"
+
+
+def device_uuid(device=None) -> Optional[str]:
+    """The UUID of `device` (a torch.device, an index, or None: the current one), or None without CUDA."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return None
+        index = device.index if isinstance(device, torch.device) else device
+        return str(torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).uuid)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+
+
+@contextlib.contextmanager
+def exclusive(uuid: Optional[str], wait_s: float = WAIT_S) -> Iterator[dict]:
+    """Hold GPU `uuid` alone for the block; yields {"waited_s": ..., "had": bool} (filled on entry). No
+    UUID (no GPU): nothing to hold."""
+    state = {"waited_s": 0.0, "had": False}
+    if uuid is None:
+        yield state
+        return
+    started = time.monotonic()
+    with open(lock_path(uuid), "a+") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                state["had"] = True
+                break
+            except BlockingIOError:
+                if time.monotonic() - started > wait_s:
+                    break
+                time.sleep(POLL_S)
+        state["waited_s"] = round(time.monotonic() - started, 3)
+        try:
+            yield state
+        finally:
+            if state["had"]:
+                fcntl.flock(handle, fcntl.LOCK_UN)
