@@ -68,6 +68,7 @@ POOL_CG = 0       # 1: the pool's loads bypass L1 (.cg); 0: default caching (L1 
 POOL_WARPS = 8    # warps of the separate pool kernel (FUSE 0)
 BLOCK_K = 16      # one fp16 MMA deep; the chunk (and channel padding) unit
 X_SHIFT = 3       # x is scaled by 2^X_SHIFT before the split (exact): range vs small-value precision
+SPIN_MAX = 1 << 20  # polls of a counter before a pool share gives up (~1 s; never reached when all is well)
 
 KGEN_TUNABLE = {
     "BLOCK_M": [64, 128, 256],
@@ -213,7 +214,7 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
                       KWs: tl.constexpr, CS_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
                       OFF64: tl.constexpr, BLOCK_M: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
                       KSTEP: tl.constexpr, BLOCK_K: tl.constexpr, FUSE: tl.constexpr, PK: tl.constexpr,
-                      POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr):
+                      POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr, SPIN_MAX: tl.constexpr):
     # programs 0 .. N_CONV-1: one conv tile each, image-major (BLOCK_M output pixels x (T0 + T1) channels; the
     # TPI = TP * NN tiles of image i are programs i*TPI .. i*TPI + TPI-1); FUSE 1: each then pools share r (its
     # rank in its image) of image i - LAG_N, and programs N_CONV .. N_CONV + LAG_N*TPI - 1 pool the last
@@ -277,9 +278,12 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
             # wait (acquire, GPU scope) until the TPI tiles of image pimg are counted: with LAG_N images of
             # lag they finished long ago and this is one atomic; all of them are earlier programs, so the wait
             # ends however the programs are scheduled (and at once in the interpreter, which runs them in order)
+            # (bounded: a broken count or schedule gives a wrong result after ~1 s, never a hung GPU)
             done = tl.atomic_add(cnt_ptr + pimg, 0, sem="acquire", scope="gpu")
-            while done < TPI:
+            spins = 0
+            while (done < TPI) & (spins < SPIN_MAX):
                 done = tl.atomic_add(cnt_ptr + pimg, 0, sem="acquire", scope="gpu")
+                spins += 1
             tl.debug_barrier()
             _pool_share(y_ptr, out_ptr, pimg, share, SHARE, NOUT, OC, OH, OW, PH, PW, PS,
                         PK, POOL_BLOCK, POOL_CG)
@@ -338,7 +342,7 @@ def conv_relu_pool_s2d_3xfp16_lagpool(x, weight, bias, stride, padding, PK, PS):
         OC, OH, OW, Hs, Ws, NCH, KV, NB, TP, NN, N_CONV, LAG_N, PH, PW, PS, NOUT, SHARE,
         KWs=KWs, CS_PAD=CS_PAD, HAS_BIAS=bias is not None, RELU=True,
         OFF64=xs.numel() >= 2**31, BLOCK_M=BLOCK_M, T0=T0, T1=T1, KSTEP=KSTEP, BLOCK_K=BLOCK_K,
-        FUSE=FUSE, PK=PK, POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG,
+        FUSE=FUSE, PK=PK, POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG, SPIN_MAX=SPIN_MAX,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES, **extra)
     if not FUSE:
         _maxpool_kernel[(triton.cdiv(NOUT, POOL_BLOCK), NB)](y, out, NOUT, OC, OH, OW, PH, PW, PS, PK=PK,
