@@ -45,8 +45,9 @@ FUSE 0: 162 (the conv2d onedot kernel compiled the same way: 167).
 Interpreter: correct at the small size (kgen eval); direct checks against float64 conv -> relu -> pool,
 x1 and x100 inputs, at 5x3x96x83 (96 channels, conv 23x20 -> pooled 11x9) with LAG 2 (conv programs
 pool images 0-2, the tail 3-4), 3x3x96x83 LAG 16 (all pooled by the tail), 4x3x71x67 LAG 1 POOL_BLOCK
-256 POOL_CG 1, FUSE 0, BLOCK_M 64, and 1x5x23x19-style k 5 s 2 p 1 with 40 channels (two channel groups
-with SPLIT 0 BLOCK_N 32, pool 2/2): normwise 1.0-1.3e-7.
+256 POOL_CG 1, FUSE 0, BLOCK_M 64 LAG 1, 3x5x23x19 (k 5, s 2, p 1, 40 channels) LAG 1, and 4x5x23x19 with
+SPLIT 0 BLOCK_N 32 (two channel groups per image) and a 2/2 pool, LAG 2: normwise 1.0-1.3e-7.
+The waits are bounded (SPIN_MAX polls, ~1 s): a broken count or schedule gives a wrong result, not a hang.
 """
 import torch
 import torch.nn as nn
