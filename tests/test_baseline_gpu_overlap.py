@@ -64,6 +64,37 @@ def test_a_lock_never_had_is_given_up_on_and_said_so_and_a_dead_holder_lets_go()
     assert gpu_lock.exclusive(None).__enter__() == {"waited_s": 0.0, "had": False}  # no GPU: nothing held
 
 
+def test_a_deferring_holder_never_goes_before_a_waiting_timing():
+    """The baselines defer: when the GPU frees, a candidate's timing already waiting goes first, every time,
+    and the baselines go after it (three holders: another process, a timing thread, a baselines thread)."""
+    from kgen.judge import gpu_lock
+
+    uuid = f"GPU-test-{os.getpid()}-e"
+    with gpu_lock.exclusive(uuid, defer=True) as alone:  # nobody waiting: a deferring caller takes it at once
+        assert alone["had"] and alone["waited_s"] < 0.5
+    order: list[str] = []
+
+    def take(name: str, defer: bool, hold_s: float) -> None:
+        with gpu_lock.exclusive(uuid, defer=defer) as held:
+            assert held["had"]
+            order.append(name)
+            time.sleep(hold_s)
+
+    holder = _hold_in_another_process(uuid, 1.0)
+    try:
+        timing = threading.Thread(target=take, args=("timing", False, 0.5))
+        baselines = threading.Thread(target=take, args=("baselines", True, 0.0))
+        baselines.start()  # waiting first, and still second
+        time.sleep(0.2)
+        timing.start()
+        timing.join(10)
+        baselines.join(10)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert order == ["timing", "baselines"]
+
+
 STAND_IN_WORKER = '''
 import fcntl, sys
 import kgen.judge.baseline_worker as worker

@@ -24,8 +24,9 @@ WORKER = "kgen.judge.baseline_worker"  # the module the child runs (tests put a 
 
 def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
     """Run kgen.judge.baseline_worker on `job`; its result, or None if it failed or timed out. Once the worker
-    has compiled every variant, its GPU's timing lock (kgen.judge.gpu_lock) is taken until it ends: the
-    compiles overlap candidates' evaluations, the timed runs never do. `hold()`, when given, is entered
+    has compiled every variant, its GPU's timing lock (kgen.judge.gpu_lock) is taken, deferring to any
+    candidate waiting for it, until its result is in: the compiles overlap candidates' evaluations, the
+    timed runs never do. `hold()`, when given, is entered
     then too (a caller may stop its own idle sandboxes so)."""
     import json
     import os
@@ -36,9 +37,12 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
 
     read, write = os.pipe()
     try:
+        # Inductor compiles in the child's own process: a pool of a worker per core (each importing torch)
+        # costs more than the few kernels of one reference, and would crowd the candidates' CPUs
+        env = dict(os.environ, TORCHINDUCTOR_COMPILE_THREADS=os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "1"))
         proc = subprocess.Popen([sys.executable, "-m", WORKER, str(write)], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write,),
-                                start_new_session=True)
+                                start_new_session=True, env=env)
     finally:
         os.close(write)
     deadline = time.monotonic() + BASELINE_TIMEOUT_S
@@ -59,13 +63,14 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
                     message = json.loads(line or b"null")
                     if isinstance(message, dict) and message.get("ready_to_time"):
                         uuid = message.get("gpu_uuid")
-                        held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None))
+                        held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None, defer=True))
                         if hold is not None:
                             held.enter_context(hold())
                         proc.stdin.write(b"go\n")
                         proc.stdin.flush()
                     else:
                         sent = message
+                        held.close()  # timed: the GPU is free before the child has finished exiting
             proc.wait(timeout=max(deadline - time.monotonic(), 1.0))  # its exit tidies torch.compile's workers
         except (TimeoutError, subprocess.TimeoutExpired, OSError, ValueError):
             sent = None

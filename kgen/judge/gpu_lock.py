@@ -44,25 +44,45 @@ def device_uuid(device=None) -> Optional[str]:
         return None
 
 
+def _wait_path(uuid: str) -> Path:
+    return lock_path(uuid).with_suffix(".waiting")
+
+
+def _try(handle, mode: int) -> bool:
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
 @contextlib.contextmanager
-def exclusive(uuid: Optional[str], wait_s: float = WAIT_S) -> Iterator[dict]:
+def exclusive(uuid: Optional[str], wait_s: float = WAIT_S, defer: bool = False) -> Iterator[dict]:
     """Hold GPU `uuid` alone for the block; yields {"waited_s": ..., "had": bool} (filled on entry). No
-    UUID (no GPU): nothing to hold."""
+    UUID (no GPU): nothing to hold. `defer` (the baselines): take it only while no one else is waiting
+    for it. A candidate's timing waits in a shared lock on a second file while it waits for the first, and
+    a deferring caller takes the first only while it can take the second alone: the baselines (minutes of
+    them in a collection) go between candidates and never keep one waiting behind a queue of them."""
     state = {"waited_s": 0.0, "had": False}
     if uuid is None:
         yield state
         return
     started = time.monotonic()
-    with open(lock_path(uuid), "a+") as handle:
+    with open(lock_path(uuid), "a+") as handle, open(_wait_path(uuid), "a+") as waiting:
+        if not defer:
+            fcntl.flock(waiting, fcntl.LOCK_SH)  # "someone is waiting" (a deferring caller holds it for an instant)
         while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                state["had"] = True
+            if defer:
+                if _try(waiting, fcntl.LOCK_EX):  # nobody waiting: may take it
+                    state["had"] = _try(handle, fcntl.LOCK_EX)
+                    fcntl.flock(waiting, fcntl.LOCK_UN)
+            else:
+                state["had"] = _try(handle, fcntl.LOCK_EX)
+            if state["had"] or time.monotonic() - started > wait_s:
                 break
-            except BlockingIOError:
-                if time.monotonic() - started > wait_s:
-                    break
-                time.sleep(POLL_S)
+            time.sleep(POLL_S)
+        if not defer:
+            fcntl.flock(waiting, fcntl.LOCK_UN)
         state["waited_s"] = round(time.monotonic() - started, 3)
         try:
             yield state
