@@ -129,6 +129,8 @@ def test_the_baselines_are_timed_under_their_gpus_lock(tmp_path, monkeypatch):
     sent = baselines._time_in_child({"uuid": uuid})
     assert sent is not None and (sent["eager_ms"], sent["compile_ms"]) == (1.5, 1.25)
     assert sent["settings"]["held_by_parent"] is True
+    lock = sent["settings"]["gpu_lock"]  # kept with the baselines' row: how long they waited and held the GPU
+    assert lock["had"] is True and lock["waited_s"] < 5 and 0 <= lock["held_s"] < 30
     with gpu_lock.exclusive(uuid, wait_s=1) as held:  # and let go of once the child is done
         assert held["had"]
 

@@ -46,7 +46,7 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
     finally:
         os.close(write)
     deadline = time.monotonic() + BASELINE_TIMEOUT_S
-    buffer, sent = b"", None
+    buffer, sent, lock = b"", None, None
     with contextlib.ExitStack() as held, os.fdopen(read, "rb", buffering=0) as lines:
         try:
             proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -63,7 +63,9 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
                     message = json.loads(line or b"null")
                     if isinstance(message, dict) and message.get("ready_to_time"):
                         uuid = message.get("gpu_uuid")
-                        held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None, defer=True))
+                        lock = held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None,
+                                                                     defer=True))
+                        lock["since"] = time.monotonic()
                         if hold is not None:
                             held.enter_context(hold())
                         proc.stdin.write(b"go\n")
@@ -71,6 +73,10 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
                     else:
                         sent = message
                         held.close()  # timed: the GPU is free before the child has finished exiting
+                        if lock is not None and isinstance(sent, dict) and isinstance(sent.get("settings"), dict):
+                            sent["settings"]["gpu_lock"] = {  # kept with the baselines' row: how long they
+                                "waited_s": lock["waited_s"], "had": lock["had"],  # waited and held the GPU
+                                "held_s": round(time.monotonic() - lock["since"], 3)}
             proc.wait(timeout=max(deadline - time.monotonic(), 1.0))  # its exit tidies torch.compile's workers
         except (TimeoutError, subprocess.TimeoutExpired, OSError, ValueError):
             sent = None
