@@ -94,7 +94,7 @@ def test_a_round_trip_file_to_file_then_replay(tmp_path):
         finally:
             db.close()
         table = harness.round_table(work)
-        assert "| 1 | 1 | 1 | 1 | 1 | 0 | 0 | - |" in table
+        assert "| 1 | 1 | 1 | 1 | 1 | 0 | 0 | - | - | 0 |" in table
 
         [second] = harness.render(work, 2, None, "small", "triton", 1, 120.0)
         assert "### Candidate #1 (triton): correct, not timed" in second.read_text()
@@ -118,3 +118,63 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("harness: error: ") and "render round 1 first" in err and len(err.splitlines()) == 1
     assert harness.main(["run", "--round", "0", "--work", str(tmp_path)]) == 2
+
+
+def test_the_work_folder_moves_and_a_call_at_a_time_keeps_its_prompts_and_time_box(tmp_path):
+    """gpu_round.sh's steps without a search: harness.json keeps paths inside the folder relative (a device
+    call runs it under another root), `keep` leaves a prompt a model may be answering, `pending` lists what
+    waits for a reply, and a spent time box defers every problem instead of starting it."""
+    import shutil
+    import time
+
+    work = tmp_path / "a" / "rm"
+    [prompt] = harness.render(work, 1, [str(SOFTMAX)], "small", "triton", 1, 90.0)
+    state = json.loads((work / "harness.json").read_text())
+    assert state["problems"] == {"23_Softmax": "problems/23_Softmax.py"} and state["prompts_dir"] == "prompts"
+    moved = tmp_path / "b" / "rm"
+    shutil.copytree(work, moved)
+    shutil.rmtree(work)
+    settings = harness.load_settings(moved)
+    assert settings.problems["23_Softmax"] == str((moved / "problems/23_Softmax.py").resolve())
+    assert settings.prompts_dir == str((moved / "prompts").resolve()) and settings.timeout_s == 90.0
+
+    prompt = moved / "round1/23_Softmax.prompt.md"
+    assert harness.pending_prompts(moved) == [prompt]
+    prompt.write_text("the prompt the model is answering")
+    assert harness.render(moved, 1, None, "small", "triton", 1, 90.0, keep=True) == []  # settings kept, prompt kept
+    assert prompt.read_text() == "the prompt the model is answering"
+    assert harness.render(moved, 1, None, "small", "triton", 1, 90.0) == [prompt]
+    assert "## The problem: 23_Softmax" in prompt.read_text()
+
+    (moved / "round1/23_Softmax.reply.md").write_text(REPLY)
+    assert harness.pending_prompts(moved) == [] and harness._ready(moved, 1) == ["23_Softmax"]
+    cluster = object()  # a spent time box starts no search: the cluster is never used
+    assert harness.run_round(moved, 1, cluster=cluster, deadline=time.time() + 30, reserve_s=60)["23_Softmax"] \
+        .startswith("deferred: ")
+    status = harness.advance(moved, 3, deadline=time.time() - 1, reserve_s=0, cluster=cluster)
+    assert list(status) == [1] and status[1]["23_Softmax"].startswith("deferred: ")
+    assert not list(moved.glob("round2/*.prompt.*"))  # nothing ran, so there is no round 2 to render
+    assert harness.main(["advance", "--work", str(moved), "--up-to", "0"]) == 2
+
+
+def test_baselines_are_timed_on_a_gpu_only_and_not_after_the_deadline(tmp_path, monkeypatch):
+    import time
+
+    import torch
+
+    import kgen.store.baselines as store_baselines
+
+    work = tmp_path / "rm"
+    harness.render(work, 1, [str(SOFTMAX)], "small", "triton", 1, 90.0)
+    settings = harness.load_settings(work)
+    assert harness.time_baselines(work, settings) == {"23_Softmax": "no GPU: no baselines"}
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(store_baselines, "get_baselines",
+                        lambda db, problem, device, max_autotune: asked.append((problem.name, device, max_autotune))
+                        or (1.5, 1.25, None))
+    assert harness.time_baselines(work, settings, deadline=time.time() - 1) == {
+        "23_Softmax": "not timed (time box): the search times them"}
+    assert asked == []
+    assert harness.time_baselines(work, settings)["23_Softmax"].startswith("eager 1.5 ms, torch.compile 1.25 ms")
+    assert asked == [("23_Softmax", "cuda", False)]

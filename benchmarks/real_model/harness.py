@@ -7,6 +7,9 @@
     ...
     harness.py run --round R --work DIR --base-url URL --model M   # a reachable endpoint instead of files
     harness.py table --work DIR                  # per round: parsed, compiled, correct, every failure's reason
+    harness.py advance --work DIR --up-to R      # a call at a time (gpu_round.sh): every round <= R whose replies
+                                                 # are there, then each problem's next prompt; --deadline time-boxes
+    harness.py pending --work DIR                # the prompt files still waiting for a reply
 
 Everything lives in DIR: harness.json (the settings and each problem's run id), results.db (kgen's
 results DB: `kgen search --proposer replay --from DIR/results.db` re-runs the replies), and
@@ -53,15 +56,34 @@ class Settings:
     runs: Optional[dict[str, int]] = None  # name -> kgen run id, once round 1 ran
 
 
+def _inside(work: Path, path: str) -> str:
+    """`path` as harness.json keeps it: relative to the work folder when inside it, so the folder can move
+    (a device call runs it under another repository root)."""
+    try:
+        return Path(path).resolve().relative_to(work.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _located(work: Path, path: str) -> str:
+    return path if Path(path).is_absolute() else str((work / path).resolve())
+
+
 def load_settings(work: Path) -> Settings:
     path = work / STATE
     if not path.is_file():
         raise KgenError(f"{work} has no {STATE}: render round 1 first")
-    return Settings(**json.loads(path.read_text()))
+    settings = Settings(**json.loads(path.read_text()))
+    settings.problems = {name: _located(work, p) for name, p in settings.problems.items()}
+    if settings.prompts_dir is not None:
+        settings.prompts_dir = _located(work, settings.prompts_dir)
+    return settings
 
 
 def save_settings(work: Path, settings: Settings) -> None:
-    (work / STATE).write_text(json.dumps(settings.__dict__, indent=1) + "\n")
+    state = dict(settings.__dict__, problems={name: _inside(work, p) for name, p in settings.problems.items()},
+                 prompts_dir=None if settings.prompts_dir is None else _inside(work, settings.prompts_dir))
+    (work / STATE).write_text(json.dumps(state, indent=1) + "\n")
 
 
 def problem_files(paths: list[str], work: Path) -> dict[str, str]:
@@ -133,26 +155,75 @@ def prompt_text(problem: str, round_no: int, job: Any, reply: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def time_baselines(work: Path, settings: Settings, deadline: Optional[float] = None,
+                   workers: int = 4) -> dict[str, str]:
+    """Each problem's baselines (eager, torch.compile) on this machine's GPU, timed now unless the results DB
+    has them, and kept there: the prompts show them, and the searches read them instead of timing them.
+    Nothing on a machine without a GPU. Several problems compile at once (their timed runs take turns on
+    the GPU's timing lock); none starts after `deadline` (time.time()): the search times those itself."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from kgen.problems.problem import load_problem
+    from kgen.store.baselines import get_baselines
+
+    if not torch.cuda.is_available():
+        print("baselines: no GPU here, none timed (a search without a GPU claims no times)")
+        return dict.fromkeys(settings.problems, "no GPU: no baselines")
+    db = open_results(work)
+    out: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def one(name: str, path: str) -> None:
+        if deadline is not None and time.time() > deadline:
+            what = "not timed (time box): the search times them"
+        else:
+            started = time.monotonic()
+            try:
+                got = get_baselines(db, load_problem(path, settings.size), "cuda", max_autotune=False)
+                what = (f"eager {got[0]} ms, torch.compile {got[1]} ms ({time.monotonic() - started:.0f} s)"
+                        if got else "could not be timed")
+            except Exception as e:  # noqa: BLE001 - one problem's baselines must not stop the others'
+                what = f"failed: {type(e).__name__}: {e}"
+        with lock:
+            out[name] = what
+            print(f"baselines {name}: {what}", flush=True)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for future in [pool.submit(one, name, path) for name, path in settings.problems.items()]:
+                future.result()
+    finally:
+        db.close()
+    return out
+
+
 def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, language: str, candidates: int,
-           timeout_s: float, force: bool = False) -> list[Path]:
-    """Write round `round_no`'s prompt files; returns them."""
+           timeout_s: float, force: bool = False, baselines: bool = False, keep: bool = False,
+           deadline: Optional[float] = None) -> list[Path]:
+    """Write round `round_no`'s prompt files; returns them. `baselines`: time the problems' baselines
+    first (time_baselines), so the prompts show them. `keep`: a problem whose prompt files are there
+    already keeps them (a model may be answering them)."""
     from kgen.problems.problem import load_problem
     from kgen.proposers.openai_proposer import OpenAIProposer
     from kgen.proposers.prompts import PromptRenderer
     from kgen.store.history import build_history
 
     work.mkdir(parents=True, exist_ok=True)
-    if round_no == 1:
-        if (work / STATE).is_file() and not force:
-            settings = load_settings(work)
-            if settings.runs:
-                raise KgenError(f"{work} already ran round 1: render a later round, or use a new folder")
+    if round_no == 1 and (work / STATE).is_file() and not force and load_settings(work).runs:
+        raise KgenError(f"{work} already ran round 1: render a later round, or use a new folder")
+    if round_no == 1 and not (paths is None and (work / STATE).is_file() and not force):
         settings = Settings(problems=problem_files(paths or [str(HERE / "problems")], work), size=size,
                             language=language, candidates=candidates, timeout_s=timeout_s,
                             prompts_dir=freeze_prompts(work))
         save_settings(work, settings)
     else:
         settings = load_settings(work)
+    if baselines:
+        time_baselines(work, settings, deadline)
     out = round_dir(work, round_no)
     out.mkdir(exist_ok=True)
     db = open_results(work)
@@ -163,6 +234,9 @@ def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, lan
             done = rounds_done(db, run_id)
             if done != round_no - 1:
                 print(f"{name}: skipped (its run has done {done} round(s); round {round_no} needs {round_no - 1})")
+                continue
+            if keep and all((out / f"{stem}.prompt.json").is_file() for stem in stems(name, settings.candidates)):
+                print(f"{name}: round {round_no}'s prompt kept (rendered before)")
                 continue
             problem = load_problem(path, settings.size)
             history = build_history(db, problem, run_id=run_id, device=device_name())
@@ -182,14 +256,15 @@ def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, lan
     return written
 
 
-def _extend_run(db, run_id: int, rounds: int, base_url: str, model: str) -> None:
+def _extend_run(db, run_id: int, rounds: int, base_url: str, model: str, settings: Settings, name: str) -> None:
     """Let a run go on for one more round, from a server on a new port: the run's stored settings are
-    what `--resume` reads."""
+    what `--resume` reads (the problem file and the templates where the work folder is now)."""
     from kgen.store.db import Run
 
     with db.session() as s:
         run = s.get(Run, run_id)
-        run.settings = dict(run.settings or {}, rounds=rounds, base_url=base_url, model=model)
+        run.settings = dict(run.settings or {}, rounds=rounds, base_url=base_url, model=model,
+                            problem=settings.problems[name], prompts_dir=settings.prompts_dir)
         run.rounds_planned = rounds
         run.status = "interrupted"
 
@@ -214,15 +289,20 @@ def _search_round(db, settings: Settings, name: str, round_no: int, base_url: st
         summary = run_search(db, _search_config(settings, path, round_no, base_url, model, api_key_env, retries),
                              cluster=cluster)
         return summary.run_id
-    _extend_run(db, run_id, round_no, base_url, model)
+    _extend_run(db, run_id, round_no, base_url, model, settings, name)
     run_search(db, resume_run_id=run_id, cluster=cluster)
     return run_id
 
 
 def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: Optional[str] = None,
-              api_key_env: str = "OPENAI_API_KEY", cluster=None) -> dict[str, str]:
+              api_key_env: str = "OPENAI_API_KEY", cluster=None, deadline: Optional[float] = None,
+              reserve_s: float = 0.0) -> dict[str, str]:
     """Evaluate round `round_no` for every problem ready for it; returns problem -> what happened.
-    File mode (no base_url): each problem's reply files are served verbatim on 127.0.0.1."""
+    File mode (no base_url): each problem's reply files are served verbatim on 127.0.0.1. The time box:
+    no problem starts with less than `reserve_s` seconds left before `deadline` (time.time()); those stay
+    a round behind, and the same call later evaluates them."""
+    import time
+
     from kgen.search import cluster as ray_cluster
 
     settings = load_settings(work)
@@ -239,6 +319,11 @@ def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: 
             if done != round_no - 1:
                 status[name] = f"skipped: its run has done {done} round(s)"
                 continue
+            if deadline is not None and deadline - time.time() < reserve_s:
+                status[name] = (f"deferred: {max(deadline - time.time(), 0):.0f} s left of the time box, "
+                                f"{reserve_s:.0f} s needed to start a problem")
+                continue
+            started = time.monotonic()
             try:
                 run_id, status[name] = _problem_round(db, settings, name, round_no, folder, base_url, model,
                                                       api_key_env, cluster)
@@ -247,6 +332,14 @@ def run_round(work: Path, round_no: int, base_url: Optional[str] = None, model: 
                 run_id = run_id if run_id is not None else _latest_run(db, name)
                 if run_id is None:
                     continue
+            except KeyboardInterrupt:  # stopped mid-round: keep the run's id, so the next call resumes that run
+                run_id = run_id if run_id is not None else _latest_run(db, name)
+                if run_id is not None:
+                    settings.runs = dict(settings.runs or {}, **{name: run_id})
+                    save_settings(work, settings)
+                raise
+            if run_id is not None:  # a search ran: how long it took, as it ends (the time box's evidence)
+                print(f"round {round_no}, {name}: {status[name]} ({time.monotonic() - started:.0f} s)", flush=True)
             if run_id is None:
                 continue
             settings.runs = dict(settings.runs or {}, **{name: run_id})
@@ -308,6 +401,62 @@ def _dump_calls(db, run_id: int, name: str, round_no: int, folder: Path) -> None
             (folder / f"{stem}.reply.md").write_text(call.response or "")
 
 
+def advance(work: Path, up_to: int, last_round: int = 3, deadline: Optional[float] = None, reserve_s: float = 0.0,
+            cluster=None) -> dict[int, dict[str, str]]:
+    """One step of a measurement that goes a call at a time: evaluate every round up to `up_to` whose reply
+    files are there (a problem the time box left behind catches up first, rounds in order), then render
+    each problem's next round up to `last_round`, leaving the prompt files rendered before as they are.
+    Returns round -> problem -> what happened (the rounds that evaluated something)."""
+    from kgen.search import cluster as ray_cluster
+
+    own_cluster = cluster is None
+    done: dict[int, dict[str, str]] = {}
+    try:
+        cluster = cluster or ray_cluster.connect(None)
+        for round_no in range(1, up_to + 1):
+            # only where a problem is ready for this round: a round's summary is not rewritten for nothing
+            if _ready(work, round_no):
+                done[round_no] = run_round(work, round_no, cluster=cluster, deadline=deadline, reserve_s=reserve_s)
+    finally:
+        if own_cluster:
+            ray_cluster.shutdown()
+    settings = load_settings(work)
+    for round_no in range(2, min(up_to + 1, last_round) + 1):
+        render(work, round_no, None, settings.size, settings.language, settings.candidates, settings.timeout_s,
+               keep=True)
+    return done
+
+
+def _ready(work: Path, round_no: int) -> list[str]:
+    """The problems whose runs wait for round `round_no` and whose reply files for it are there."""
+    settings = load_settings(work)
+    folder = round_dir(work, round_no)
+    db = open_results(work)
+    try:
+        return [name for name in settings.problems
+                if rounds_done(db, (settings.runs or {}).get(name)) == round_no - 1
+                and all((folder / f"{stem}.reply.md").is_file() and (folder / f"{stem}.prompt.json").is_file()
+                        for stem in stems(name, settings.candidates))]
+    finally:
+        db.close()
+
+
+def pending_prompts(work: Path) -> list[Path]:
+    """The prompt files a model has yet to answer: each problem's next round, where no reply is there."""
+    settings = load_settings(work)
+    db = open_results(work)
+    try:
+        out = []
+        for name in settings.problems:
+            folder = round_dir(work, rounds_done(db, (settings.runs or {}).get(name)) + 1)
+            for stem in stems(name, settings.candidates):
+                if (folder / f"{stem}.prompt.md").is_file() and not (folder / f"{stem}.reply.md").is_file():
+                    out.append(folder / f"{stem}.prompt.md")
+        return out
+    finally:
+        db.close()
+
+
 @dataclass
 class Row:
     problem: str
@@ -355,18 +504,22 @@ def round_table(work: Path, round_no: Optional[int] = None) -> str:
     all_rows = rows(work)
     rounds = sorted({r.round for r in all_rows if round_no is None or r.round == round_no})
     lines = ["| round | problems | parsed | compiled | correct | > eager | > torch.compile | geomean vs eager "
-             "(correct) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "(correct) | geomean vs torch.compile (correct) | problems > torch.compile so far |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     failures = []
     for rnd in rounds:
         these = [r for r in all_rows if r.round == rnd]
         correct = [r for r in these if r.outcome in PASSED]
-        speed = [r.speedup_eager for r in correct if r.speedup_eager]
-        gm = _geomean(speed)
+        gm = _geomean([r.speedup_eager for r in correct if r.speedup_eager])
+        gm_compile = _geomean([r.speedup_compile for r in correct if r.speedup_compile])
+        so_far = {r.problem for r in all_rows
+                  if r.round <= rnd and r.outcome in PASSED and (r.speedup_compile or 0) > 1}
         lines.append(f"| {rnd} | {len({r.problem for r in these})} | {sum(r.outcome != 'no_code' for r in these)} | "
                      f"{sum(r.outcome in COMPILED for r in these)} | {len(correct)} | "
                      f"{sum(1 for r in correct if (r.speedup_eager or 0) > 1)} | "
                      f"{sum(1 for r in correct if (r.speedup_compile or 0) > 1)} | "
-                     f"{'-' if gm is None else f'{gm:.2f}x'} |")
+                     f"{'-' if gm is None else f'{gm:.2f}x'} | {'-' if gm_compile is None else f'{gm_compile:.2f}x'} | "
+                     f"{len(so_far)} |")
         for r in these:
             if r.outcome not in PASSED:
                 reason = " ".join(r.message.split())[:300]
@@ -390,23 +543,52 @@ def main(argv: Optional[list[str]] = None) -> int:
     p_render.add_argument("--candidates", type=int, default=1, help="requests per problem and round")
     p_render.add_argument("--timeout", type=float, default=300.0, dest="timeout_s")
     p_render.add_argument("--force", action="store_true", help="round 1: start the folder's settings again")
+    p_render.add_argument("--baselines", action="store_true",
+                          help="time each problem's baselines on this GPU first (kept in the DB), so the prompts "
+                               "show them")
+    p_render.add_argument("--keep", action="store_true",
+                          help="leave a problem's prompt files that are there as they are")
+    p_advance = sub.add_parser("advance", help="evaluate every round up to --up-to whose replies are there (the time "
+                                               "box's leftovers first), then render each problem's next round")
+    p_advance.add_argument("--work", required=True, type=Path)
+    p_advance.add_argument("--up-to", required=True, type=int, dest="up_to")
+    p_advance.add_argument("--last-round", type=int, default=3, help="no prompts are rendered past this round")
+    p_pending = sub.add_parser("pending", help="list the prompt files that wait for a reply")
+    p_pending.add_argument("--work", required=True, type=Path)
+    for p in (p_render, p_run, p_advance):
+        p.add_argument("--deadline", type=float, help="the time box's end (seconds since the epoch)")
+    for p in (p_run, p_advance):
+        p.add_argument("--reserve-s", type=float, default=0.0,
+                       help="no problem starts with less than this left before --deadline")
     p_run.add_argument("--base-url", help="an OpenAI-compatible endpoint instead of reply files")
     p_run.add_argument("--model", help="the endpoint's model")
     p_run.add_argument("--api-key-env", default="OPENAI_API_KEY")
     args = parser.parse_args(argv)
     try:
-        if args.command != "table" and args.round_no < 1:
+        if args.command in ("render", "run") and args.round_no < 1:
             raise KgenError(f"--round must be at least 1 (got {args.round_no})")
         if args.command == "render":
             files = render(args.work, args.round_no, args.problems, args.size, args.language, args.candidates,
-                           args.timeout_s, args.force)
+                           args.timeout_s, args.force, args.baselines, args.keep, args.deadline)
             print(f"{len(files)} prompt file(s) in {round_dir(args.work, args.round_no)}; replies go beside them "
                   "as <name>.reply.md")
         elif args.command == "run":
             for name, what in run_round(args.work, args.round_no, args.base_url, args.model,
-                                        args.api_key_env).items():
+                                        args.api_key_env, deadline=args.deadline, reserve_s=args.reserve_s).items():
                 print(f"{name}: {what}")
             print(round_table(args.work, args.round_no))
+        elif args.command == "advance":
+            if args.up_to < 1:
+                raise KgenError(f"--up-to must be at least 1 (got {args.up_to})")
+            for round_no, status in advance(args.work, args.up_to, args.last_round, args.deadline,
+                                            args.reserve_s).items():  # each problem's line came as it ran
+                for name, what in status.items():
+                    if what.startswith(("deferred", "skipped")):
+                        print(f"round {round_no}, {name}: {what}")
+            print(round_table(args.work))
+        elif args.command == "pending":
+            for path in pending_prompts(args.work):
+                print(path)
         else:
             print(round_table(args.work))
     except KgenError as e:
