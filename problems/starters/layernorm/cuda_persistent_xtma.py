@@ -88,7 +88,8 @@ import torch
 import torch.nn as nn
 
 PF_PCT = 50           # % of the next row's chunks bulk-prefetched into L2 before the barrier (sliding / after)
-PF_SLIDE = 0          # H100 sweep best (0.2307 vs 0.2475); 1: chunk k of x_{r+1} prefetched as chunk k of x_r lands, 0: once the whole row landed
+PF_SLIDE = 0          # H100 sweep best (0.2307 vs 0.2475 ms); 1: chunk k of x_{r+1} prefetched as chunk k of x_r
+                      # lands, 0: once the whole row landed
 PF_REST = 1           # 1: the other chunks prefetched into L2 once the barrier is through
 LAG = 1               # thread 0 issues chunk k's TMA after normalizing item k + LAG (0: right after item k)
 X_EF = 1              # 1: x copied by TMA with an L2 evict_first policy (read once); 0: normal priority
