@@ -291,6 +291,11 @@ def test_cli_human_summary(tmp_path):
     # a CPU verdict says what it did not audit; the language is known
     assert done.stdout.splitlines()[0] == f"{CPU_CORRECT} softmax (small) on cpu: triton"
     assert "untimed" in done.stdout
+    # never silent while the judge works: a line per step on stderr, in the order they happen
+    steps = [line for line in done.stderr.splitlines() if line.startswith("kgen:   ")]
+    assert steps[0].startswith("kgen:   the reference's outputs (float64) and the inputs: ")
+    assert steps[-1].startswith("kgen:   its outputs checked on every trial: ") and steps[-1].endswith(" s")
+    assert "kgen: judging the candidate against softmax (small) on cpu, a line per step:" in done.stderr
 
 
 def test_detect_language_via_public_api():

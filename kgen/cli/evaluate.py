@@ -113,9 +113,24 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     if note:
         print(f"kgen: {note}", file=sys.stderr, flush=True)
     load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
-    result = evaluate_one(loaded, source, settings, baselines=from_db)
+    print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:", file=sys.stderr,
+          flush=True)
+    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
+
+
+# the judge's phases as `kgen eval` says them while it waits (kgen.judge.judge.Judge.run marks them)
+PHASE_WORDS = {"reference_s": "the reference's outputs (float64) and the inputs", "compile_s": "the compile step",
+               "runner_start_s": "the sandboxed runner started", "calibration_s": "the clock calibrated",
+               "ablation_s": "the ablated copy run (kernels disabled)", "import_s": "the candidate imported",
+               "verify_s": "its outputs checked on every trial", "timing_s": "timed",
+               "profile_s": "its kernels profiled (CUPTI)", "baselines_s": "the baselines (eager, torch.compile)"}
+
+
+def _say_phase(name: str, seconds: float) -> None:
+    """One line on stderr per phase as it ends, so a long evaluation is never silent."""
+    print(f"kgen:   {PHASE_WORDS.get(name, name)}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
 def _cuda_without_gpu_note(source: str, device: str) -> Optional[str]:

@@ -15,6 +15,7 @@ claimed.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
@@ -86,9 +87,10 @@ def _versions() -> dict[str, Optional[str]]:
 
 
 def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings,
-                       spares: Any = None) -> EvalResult:
+                       spares: Any = None, on_phase: Optional[Callable[[str, float], None]] = None) -> EvalResult:
     """Compile, check, verify and (on a GPU) time one candidate against `problem`. `spares`
-    (kgen.judge.spares.SpareRunners) keeps a started sandbox ready for the next call."""
+    (kgen.judge.spares.SpareRunners) keeps a started sandbox ready for the next call; `on_phase(name,
+    seconds)` is told each of the judge's phases as it ends."""
     started = time.monotonic()
     problem = _problem(problem, settings)
     if not isinstance(source, str):
@@ -107,7 +109,7 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     from kgen.judge.verdict import HarnessFault
 
     try:
-        sent = Judge(problem, source, verdict.language, settings, mode, spares).run()
+        sent = Judge(problem, source, verdict.language, settings, mode, spares, on_phase).run()
     except HarnessFault as e:
         sent = {"outcome": Outcome.HARNESS_ERROR.value, "message": f"kgen's harness failed, not the candidate: {e}"}
     except Exception as e:  # noqa: BLE001 - a bug of ours is never the candidate's outcome
@@ -135,7 +137,8 @@ def _processes(language: str, device: str) -> dict[str, int]:
 
 
 def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
-                 baselines: Optional[Callable[..., Optional[tuple]]] = None) -> EvalResult:
+                 baselines: Optional[Callable[..., Optional[tuple]]] = None,
+                 on_phase: Optional[Callable[[str, float], None]] = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
     sandboxes this one evaluation takes all start at once (with no spares beyond them), and on a GPU the
@@ -145,7 +148,8 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
     thread beside the judge: the GPU's timing lock (kgen.judge.gpu_lock) keeps their timed runs and the
     candidate's apart, so only those wait for each other. `details["breakdown"]` holds where the seconds
     went: static_s, baselines_s (beside the judge), baselines_wait_s (after it, waiting for them), close_s
-    (stopping the sandboxes left over), then the judge's phases."""
+    (stopping the sandboxes left over), then the judge's phases; `on_phase(name, seconds)` hears each of
+    those as it ends (the baselines' when they are in)."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -174,10 +178,13 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
                 except BaseException as e:  # noqa: BLE001 - raised in the caller's thread, below
                     timed["error"] = e
                 timed["seconds"] = round(time.monotonic() - mark, 3)
+                if on_phase is not None:
+                    with contextlib.suppress(Exception):
+                        on_phase("baselines_s", timed["seconds"])
 
             thread = threading.Thread(target=time_them, daemon=True, name="kgen-eval-baselines")
             thread.start()
-        result = evaluate_candidate(problem, source, settings, spares)
+        result = evaluate_candidate(problem, source, settings, spares, on_phase)
         if thread is not None:
             mark = time.monotonic()
             thread.join()

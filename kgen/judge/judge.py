@@ -37,6 +37,7 @@ import copy
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Optional
 
@@ -71,9 +72,10 @@ class Judge(CompileSteps, Audits, TimedRuns):
     (outcome, message, errors, runtime_ms, details) that kgen.judge.evaluate turns into an EvalResult."""
 
     def __init__(self, problem: Problem, source: str, language: str, settings: EvalSettings, mode: SandboxMode,
-                 spares: Optional[SpareRunners] = None):
+                 spares: Optional[SpareRunners] = None, on_phase: Optional[Callable[[str, float], None]] = None):
         self.problem, self.source, self.language, self.settings, self.mode = problem, source, language, settings, mode
         self.spares = spares
+        self.on_phase = on_phase  # told each phase as it ends (name, seconds): `kgen eval`'s progress lines
         self.input_signature = ""  # part of the build key for Triton (build_key says why); set by run()
         self.device = torch.device(settings.device)
         self.gpu = self.device.type == "cuda"
@@ -92,6 +94,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
     def phase(self, name: str) -> None:
         now = time.monotonic()
         self.phases[name] = round(self.phases.get(name, 0.0) + now - self._mark, 3)
+        if self.on_phase is not None:
+            with contextlib.suppress(Exception):  # a progress line must never change a verdict
+                self.on_phase(name, now - self._mark)
         self._mark = now
 
     @contextlib.contextmanager
