@@ -102,14 +102,20 @@ from kgen.judge import gpu_lock
 
 def stand_in(job, ready):  # the GPU part mocked: "compiles", says so with its GPU's UUID, waits, "times"
     gpu_lock.device_uuid = lambda device=None: job["uuid"]  # what the child would read from CUDA
+
+    def held_by_parent():
+        with open(gpu_lock.lock_path(job["uuid"]), "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False  # (let go of as the file closes)
+            except BlockingIOError:
+                return True
+
+    while_compiling = held_by_parent()  # the compiles hold nothing
     ready()
-    with open(gpu_lock.lock_path(job["uuid"]), "a+") as handle:  # the parent must hold it now
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held_by_parent = False
-        except BlockingIOError:
-            held_by_parent = True
-    return {"eager_ms": 1.5, "compile_ms": 1.25, "settings": {"held_by_parent": held_by_parent}, "errors": {}}
+    while_timing = held_by_parent()  # the parent must hold it now
+    return {"eager_ms": 1.5, "compile_ms": 1.25, "errors": {},
+            "settings": {"held_while_compiling": while_compiling, "held_while_timing": while_timing}}
 
 worker.time_baselines = stand_in
 worker.main()
@@ -128,7 +134,7 @@ def test_the_baselines_are_timed_under_their_gpus_lock(tmp_path, monkeypatch):
     uuid = f"GPU-test-{os.getpid()}-d"
     sent = baselines._time_in_child({"uuid": uuid})
     assert sent is not None and (sent["eager_ms"], sent["compile_ms"]) == (1.5, 1.25)
-    assert sent["settings"]["held_by_parent"] is True
+    assert sent["settings"]["held_while_compiling"] is False and sent["settings"]["held_while_timing"] is True
     lock = sent["settings"]["gpu_lock"]  # kept with the baselines' row: how long they waited and held the GPU
     assert lock["had"] is True and lock["waited_s"] < 5 and 0 <= lock["held_s"] < 30
     with gpu_lock.exclusive(uuid, wait_s=1) as held:  # and let go of once the child is done

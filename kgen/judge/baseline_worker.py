@@ -4,7 +4,7 @@ no sandbox), so torch.compile's state and memory go with it. The job (one JSON l
 lines of JSON go back through descriptor FD (stdout is left to torch.compile's chatter): first
 {"ready_to_time": true, "gpu_uuid": ...} once every variant is compiled and warm, then, after the parent
 answers with a line on stdin (it first takes that GPU's timing lock, kgen.judge.gpu_lock, so no
-candidate is timed beside the baselines, and may stop other things of its own), the result.
+candidate is timed beside the baselines), the result.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Optional
 
 from kgen.judge import gpu_lock
@@ -22,12 +20,11 @@ BASELINE_TIMEOUT_S = 1800.0  # max-autotune compiles can take many minutes
 WORKER = "kgen.judge.baseline_worker"  # the module the child runs (tests put a stand-in for the GPU part here)
 
 
-def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
+def _time_in_child(job: dict) -> Optional[dict]:
     """Run kgen.judge.baseline_worker on `job`; its result, or None if it failed or timed out. Once the worker
     has compiled every variant, its GPU's timing lock (kgen.judge.gpu_lock) is taken, deferring to any
     candidate waiting for it, until its result is in: the compiles overlap candidates' evaluations, the
-    timed runs never do. `hold()`, when given, is entered
-    then too (a caller may stop its own idle sandboxes so)."""
+    timed runs never do."""
     import json
     import os
     import select
@@ -66,8 +63,6 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
                         lock = held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None,
                                                                      defer=True))
                         lock["since"] = time.monotonic()
-                        if hold is not None:
-                            held.enter_context(hold())
                         proc.stdin.write(b"go\n")
                         proc.stdin.flush()
                     else:
@@ -88,10 +83,7 @@ def _time_in_child(job: dict, hold: Optional[Callable[[], AbstractContextManager
     return sent if isinstance(sent, dict) and "error" not in sent else None
 
 
-def time_baselines(problem: Problem, max_autotune: bool = False,
-                   hold: Optional[Callable[[], AbstractContextManager]] = None) -> Optional[dict]:
+def time_baselines(problem: Problem, max_autotune: bool = False) -> Optional[dict]:
     """Time `problem` now, in a child process on this process's GPU: kgen.judge.baseline_worker's answer
-    (eager_ms, compile_ms, compile_max_autotune_ms, settings, errors), or None if it failed. `hold`: see
-    _time_in_child (what is stopped while the child times)."""
-    return _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune},
-                          hold)
+    (eager_ms, compile_ms, compile_max_autotune_ms, settings, errors), or None if it failed."""
+    return _time_in_child({"problem_path": str(problem.path), "size": problem.size, "max_autotune": max_autotune})

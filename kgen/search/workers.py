@@ -87,24 +87,11 @@ def _compile(problem: str, size: str, source_hash: str, source: str,
 class Device:
     """An evaluator's device: its name as evaluations record it ('cpu' without a GPU), the compute
     capability CUDA builds target (so the compile stage, on CPUs, builds what the GPU will load), and
-    the Ray node the evaluator runs on, and its GPU's UUID (None without one): the search keeps candidates
-    off the GPU its baselines are being timed on, and only that one."""
+    the Ray node the evaluator runs on."""
 
     name: str
     cuda_arch: Optional[str]
     node_id: Optional[str] = None
-    gpu_uuid: Optional[str] = None
-
-
-def gpu_uuid(index: int = 0) -> Optional[str]:
-    """The UUID of this process's CUDA device `index` (the same GPU has the same UUID in every process,
-    whatever CUDA_VISIBLE_DEVICES numbers it), or None."""
-    import torch
-
-    try:
-        return str(torch.cuda.get_device_properties(index).uuid)
-    except (AttributeError, RuntimeError, AssertionError):
-        return None
 
 
 class _Evaluator:
@@ -188,8 +175,7 @@ class _Evaluator:
         if not torch.cuda.is_available():
             return Device(name="cpu", cuda_arch=None, node_id=node_id)
         major, minor = torch.cuda.get_device_capability(0)
-        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id,
-                      gpu_uuid=gpu_uuid())
+        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
 
 
 @dataclass(frozen=True)
@@ -252,7 +238,6 @@ class Stages:
         self._actor_options = placement.actor_options
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
-        self._actor_gpus: list[Optional[str]] = [None] * len(self.actors)  # the UUID of each one's GPU
         self._free: list[int] = []  # actors that answered their ping and have no candidate
         self._pings: dict = {}  # ping ref -> actor index, for actors starting or coming back from a death
         self._ping_later: list[tuple[float, int]] = []  # (when, actor index): pinged again then
@@ -285,7 +270,7 @@ class Stages:
         import ray
 
         device = ray.get(self.actors[0].device.remote())
-        self._actor_nodes[0], self._actor_gpus[0] = device.node_id, device.gpu_uuid
+        self._actor_nodes[0] = device.node_id
         return device
 
     def _ping(self, index: int) -> None:
@@ -301,7 +286,7 @@ class Stages:
         index = self._pings.pop(ref)
         try:
             device = ray.get(ref)
-            self._actor_nodes[index], self._actor_gpus[index] = device.node_id, device.gpu_uuid
+            self._actor_nodes[index] = device.node_id
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return

@@ -5,8 +5,6 @@ version): timed once, then read back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from importlib import metadata
 from typing import Optional
 
@@ -70,18 +68,16 @@ def store_baselines(db: Database, problem: Problem, device_name: str, sent: dict
 
 
 def get_baselines(db: Database, problem: Problem, device: str, max_autotune: bool = True,
-                  hold: Optional[Callable[[], AbstractContextManager]] = None,
                   ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """(eager_ms, compile_ms, compile_max_autotune_ms) of `problem` on `device` (cuda, cuda:N or a GPU's
     name), from the DB or measured now and stored; None on the CPU (no times are claimed there).
-    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached; `hold`:
-    see _time_in_child."""
+    `max_autotune` False skips the slowest of the three (minutes of autotuning) when not cached."""
     device_name = _device_key(device)
     if device_name is None:
         return None
     row = cached_baselines(db, problem, device_name)
     if row is None:
-        sent = time_baselines(problem, max_autotune, hold)
+        sent = time_baselines(problem, max_autotune)
         if sent is None:
             return None
         store_baselines(db, problem, device_name, sent)
@@ -92,12 +88,11 @@ def get_baselines(db: Database, problem: Problem, device: str, max_autotune: boo
 
 
 def get_baselines_at(url: Optional[str], problem: Problem, device: str, max_autotune: bool = True,
-                     hold: Optional[Callable[[], AbstractContextManager]] = None,
                      ) -> Optional[tuple[Optional[float], Optional[float], Optional[float]]]:
     """get_baselines from the results DB at `url` (`--db`: KGEN_DB, else ./results.db, when None), opened
     for this call only: what `kgen eval` gives kgen.judge.evaluate.evaluate_one."""
     database = open_db(url)
     try:
-        return get_baselines(database, problem, device, max_autotune=max_autotune, hold=hold)
+        return get_baselines(database, problem, device, max_autotune=max_autotune)
     finally:
         database.close()
