@@ -43,7 +43,7 @@ def _time_in_child(job: dict) -> Optional[dict]:
     finally:
         os.close(write)
     deadline = time.monotonic() + BASELINE_TIMEOUT_S
-    buffer, sent, lock = b"", None, None
+    buffer, sent, lock, locked_at = b"", None, None, 0.0
     with contextlib.ExitStack() as held, os.fdopen(read, "rb", buffering=0) as lines:
         try:
             proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -62,7 +62,7 @@ def _time_in_child(job: dict) -> Optional[dict]:
                         uuid = message.get("gpu_uuid")
                         lock = held.enter_context(gpu_lock.exclusive(uuid if isinstance(uuid, str) else None,
                                                                      defer=True))
-                        lock["since"] = time.monotonic()
+                        locked_at = time.monotonic()
                         proc.stdin.write(b"go\n")
                         proc.stdin.flush()
                     else:
@@ -71,7 +71,7 @@ def _time_in_child(job: dict) -> Optional[dict]:
                         if lock is not None and isinstance(sent, dict) and isinstance(sent.get("settings"), dict):
                             sent["settings"]["gpu_lock"] = {  # kept with the baselines' row: how long they
                                 "waited_s": lock["waited_s"], "had": lock["had"],  # waited and held the GPU
-                                "held_s": round(time.monotonic() - lock["since"], 3)}
+                                "held_s": round(time.monotonic() - locked_at, 3)}
             proc.wait(timeout=max(deadline - time.monotonic(), 1.0))  # its exit tidies torch.compile's workers
         except (TimeoutError, subprocess.TimeoutExpired, OSError, ValueError):
             sent = None

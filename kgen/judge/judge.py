@@ -106,9 +106,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         by it, and the phases leave it out (`gpu_wait_s`)."""
         from kgen.judge import gpu_lock
 
-        if not hasattr(self, "_gpu_uuid"):
-            self._gpu_uuid = gpu_lock.device_uuid(self.device)
-        with gpu_lock.exclusive(self._gpu_uuid) as held:
+        with gpu_lock.exclusive(gpu_lock.device_uuid(self.device)) as held:
             waited = held["waited_s"]
             self.deadline += waited
             self._mark += waited
