@@ -28,8 +28,16 @@ SM) halves W per pixel: 0.65 GB of L2->SM.
 Expected: conv kernel ~190-215 us + 5 us of weight pass, no s2d pass -> 0.21-0.24 ms judged (0.279 now).
 PRE 1: the old path in this file (s2d pre-pass + the onedot kernel as in triton_3xfp16_s2d_onedot.py), for
 the same-call comparison.
-Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints): REGS_TBD
-Interpreter: CHECKS_TBD
+Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints; no spills anywhere): default (128 x (64 +
+32), KX 16, 4 warps, 4 stages) 246, 72 KB of shared memory -> two programs per SM (246 x 128 x 2 = 63k of
+64k registers); 3 stages 246 (52 KB); 5 stages 255 (92 KB); LOLO 1 246; KX 32 (3 stages) 255, 104 KB;
+MAXNREG 232: 223; 8 warps (BLOCK_M 128: two m64 warpgroups) 126: two programs of 8 warps per SM;
+BLOCK_M 256 / 8 warps 241 (4 stages 96 KB, 3 stages 68 KB): one per SM; BLOCK_M 64: 126. Every setting's K
+loop waits `wgmma.wait_group 7` (15 at KX 32): MMAs of the next steps issue while a step's run.
+Interpreter: correct at the small size (kgen eval); direct checks against float64 conv, x1 and x100
+inputs: 2x3x96x83 (AlexNet's conv, 96 channels, 23x20 output) 1.9e-7; 1x3x71x67 LOLO 1 KX 32 2.1e-7;
+1x5x23x19 (k 5, s 2, p 1, 40 channels: VEC 1, 20 s2d channels padded to 32) 1.6e-7; 1x3x35x39 BLOCK_M 64
+1.8e-7; 1x2x21x22 (k 3, s 3, p 1: odd stride) SPLIT 0 BLOCK_N 32 1.5e-7; 2x3x43x47 PRE 1 1.7e-7.
 Range and split as triton_3xfp16_s2d.py: |x| < 8188 with X_SHIFT = 3; per-channel weight scaling 2^e.
 """
 import torch

@@ -14,8 +14,15 @@ fourth product). Bytes per 128-pixel tile: x 216 KB + W 243 KB (before: A 336 + 
 Expected: the conv part ~190-215 us (was ~228 in the same kernel's conv), pool share as before, 5 us weight
 pass -> 0.26-0.29 ms judged (0.319 now; target 0.31). PRE 1: the old conv path (pre-pass + x_s2d loop),
 everything else the same: the in-file baseline.
-Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints): REGS_TBD
-Interpreter: CHECKS_TBD
+Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints; no spills anywhere): default (KX 16, 4
+warps, 4 stages, FUSE 1) 242, 72 KB of shared memory -> two programs per SM (the lagpool's 159 / 112 KB);
+3 stages 242 (52 KB); 8 warps 130 (two programs of 8 warps per SM); BLOCK_M 256 / 8 warps (3 stages) 242,
+68 KB: one per SM; BLOCK_M 64: 130; POOL_BLOCK 512: 242; PRE 1: 159, 112 KB (the lagpool as measured).
+K loop `wgmma.wait_group 7` in every setting (PRE 1: 2).
+Interpreter: correct at the small size (kgen eval); direct checks against float64 conv -> relu -> pool, x1
+and x100 inputs: 3x3x96x83 (96 channels, conv 23x20) LAG 1 1.4e-7; 3x3x43x47 LAG 2 PRE 1 1.2e-7;
+3x5x23x19 (k 5, s 2, p 1, 40 channels, VEC 1) LAG 1 1.3e-7; 2x3x71x67 FUSE 0 LOLO 1 1.4e-7; 4x3x43x47
+LAG 2 BLOCK_M 64 KX 32 1.5e-7; 3x3x43x47 24 channels LAG 16 (all pooled by the tail programs) 1.4e-7.
 The waits are bounded (SPIN_MAX polls, ~1 s): a broken count or schedule gives a wrong result, not a hang.
 Range and split as triton_3xfp16_s2d.py: |x| < 8188 with X_SHIFT = 3; per-channel weight scaling 2^e.
 """
