@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(NT, 1) ln_xring_kernel(const LNParams p) {
     const bool has_b = p.b != nullptr;
     // statistics of stream chunk c are taken SAH chunks after the normalize of chunk c - nch (the same
     // column chunk one row earlier); SAH <= R - nch - lag keeps every waited chunk already issued
-    const int sah = max(0, min(p.sahead, R - nch - p.lag));
+    const int sah = max(0, min(p.sahead, min(R - nch - p.lag, nch - 1)));   // < nch: one row boundary at most
     const unsigned tag = 0x8000u | (ld_relaxed_u32(p.sync + 2) & 0x7FFFu);
     auto chunk_bytes = [&](int k) -> uint32_t { return (uint32_t)min(NT, cnt4 - k * NT) * 16u; };
     auto src = [&](int c) -> const float4* {
