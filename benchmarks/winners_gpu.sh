@@ -8,7 +8,7 @@ set -uo pipefail
 deadline=$(( $(date +%s) + ${1:?deadline seconds} )); shift
 . benchmarks/device_call.sh
 W=/tmp/winners; rm -rf "$W"; mkdir -p "$W"
-export KGEN_DB=$W/winners.db KGEN_CACHE_DIR=$W/cache
+export KGEN_DB=$W/winners.db KGEN_CACHE_DIR=$W/cache TRITON_CACHE_DIR=$W/triton-cache TORCHINDUCTOR_CACHE_DIR=$W/inductor-cache
 for pf in "$@"; do
   problem=${pf%%:*}; file=${pf#*:}
   [ -f "$file" ] || file=problems/starters/$problem/$file
@@ -33,5 +33,5 @@ print(f"{sys.argv[2]}: {d.get('outcome')} {f(d.get('runtime_ms'))} ms (CUPTI {f(
       f"wall {time.time() - float(sys.argv[3]):.1f} s, {d.get('device')} {(d.get('message') or '')[:200]}")
 PY
 done
-tar czf "$OUT/winners.tar.gz" -C /tmp winners --exclude=cache
+tar czf "$OUT/winners.tar.gz" --exclude="*cache*" -C /tmp winners
 cp "$W/winners.txt" "$OUT/winners.txt"
