@@ -424,47 +424,6 @@ def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_o
     assert spares.spare_key("cpu") == "cpu" and spares.spare_key("cuda:1") == "cuda:1"
 
 
-def test_kgen_eval_starts_its_sandboxes_before_it_imports_torch():
-    """`kgen eval` starts the sandboxes the evaluation takes before its own torch import (seconds), so they
-    import theirs side by side with it: in a fresh interpreter, the processes run and torch is not loaded."""
-    code = ("import sys\n"
-            "from kgen.cli.evaluate import _start_sandboxes\n"
-            "spares = _start_sandboxes('triton', 'cpu', False)\n"
-            "alive = [s.process.alive() for q in spares.spares.values() for s in q]\n"
-            "print('torch' in sys.modules, sorted(spares.spares), alive)\n"
-            "spares.close()\n"
-            "print([s for q in spares.spares.values() for s in q])\n")
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["False [('cpu', 'run')] [True]", "[]"], done.stdout
-
-
-def test_the_judge_takes_over_the_processes_kgen_eval_started_and_stops_those_for_another_device(monkeypatch):
-    """evaluate_one uses the processes started before it (`prestarted`), starts none again, and stops those
-    started for a device the guess got wrong (a GPU where torch finds none)."""
-    from kgen.judge import judge, spares
-    from kgen.judge.evaluate import evaluate_one
-    from kgen.judge.sandbox import SandboxMode
-    from kgen.problems.problem import load_problem
-
-    early = spares.SpareRunners(SandboxMode.NONE, depth=0)
-    early.prestart("cpu", {"run": 1})
-    early.prestart("cuda:0", {"run": 1})  # the wrong guess: it would fail to make a CUDA context here
-    cpu_slot, gpu_slot = early.spares[("cpu", "run")][0], early.spares[("cuda:0", "run")][0]
-    started = []
-    real = spares.start_process
-    counted = lambda device, mode, kind="run", **kw: (started.append((device, kind)), real(device, mode, kind, **kw))[1]
-    monkeypatch.setattr(spares, "start_process", counted)
-    monkeypatch.setattr(judge, "start_process", counted)
-    result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
-                          EvalSettings(device="cpu", size="small", sandbox="none"), prestarted=early)
-    assert result.outcome == "correct", result.message
-    assert started == []  # the one it needed was there
-    assert not gpu_slot.process.alive() and not cpu_slot.process.alive() and early.spares == {}
-
-
 def test_a_triton_build_is_keyed_by_the_input_shapes():
     """Triton compiles one kernel per specialization, so builds for one size are not another's (on the H100,
     `--size small` after `--size full` of one source found the full build and the runner had to compile)."""

@@ -58,6 +58,7 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
+    from kgen.core.records import EvalSettings
     from kgen.judge.static_checks import check_source
 
     path = Path(candidate)
@@ -80,38 +81,6 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
                             eval_s=time.monotonic() - started)
         result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
         return NamedProblem(Path(problem).stem, size or "-"), result
-    started_early = (_start_sandboxes(verdict.language, device, sandbox)
-                     if verdict.rejection is None and _problem_file_exists(problem) else None)
-    try:
-        return _judge_file(problem, source, started_early, startup_s, started, device=device, size=size,
-                           timeout_s=timeout_s, rtol=rtol, db=db, baselines=baselines, sandbox=sandbox)
-    except BaseException:
-        if started_early is not None:
-            started_early.close()  # closed by the judge once it has them; before that, here
-        raise
-
-
-def _start_sandboxes(language: str, device: Optional[str], sandbox: bool):
-    """The sandboxed processes the evaluation will take, started before this process imports torch, so
-    their imports of torch (seconds each) run beside ours, the problem's load and the reference instead
-    of after them; None where the sandbox cannot run (said once the problem is loaded, as always)."""
-    from kgen.judge.sandbox import SandboxMode, check_sandbox
-    from kgen.judge.spares import SpareRunners, likely_device_key, processes_for
-
-    mode = SandboxMode("bwrap" if sandbox else "none")
-    try:
-        check_sandbox(mode)
-    except KgenError:
-        return None
-    key = likely_device_key(device)
-    spares = SpareRunners(mode, depth=0)
-    spares.prestart(key, processes_for(language, key))
-    return spares
-
-
-def _judge_file(problem: str, source: str, started_early, startup_s, started: float, *, device, size, timeout_s,
-                rtol, db, baselines, sandbox):
-    from kgen.core.records import EvalSettings
     from kgen.judge.evaluate import evaluate_one
     from kgen.problems.problem import load_problem
 
@@ -146,8 +115,7 @@ def _judge_file(problem: str, source: str, started_early, startup_s, started: fl
     load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
     print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:", file=sys.stderr,
           flush=True)
-    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase,
-                          prestarted=started_early)
+    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 

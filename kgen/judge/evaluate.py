@@ -127,9 +127,18 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     return result
 
 
+def _processes(language: str, device: str) -> dict[str, int]:
+    """The sandboxed processes one evaluation takes, per kind (see Judge.run): on a GPU a compile step
+    and two runners (the candidate's, and the reference runner that never sees candidate code); on the
+    CPU a runner for a Triton candidate, a compile step for a CUDA one (which is never run there)."""
+    if device != "cpu":
+        return {"compile": 1, "run": 2}
+    return {"compile": 1} if language == "cuda" else {"run": 1}
+
+
 def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
                  baselines: Optional[Callable[..., Optional[tuple]]] = None,
-                 on_phase: Optional[Callable[[str, float], None]] = None, prestarted: Any = None) -> EvalResult:
+                 on_phase: Optional[Callable[[str, float], None]] = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
     sandboxes this one evaluation takes all start at once (with no spares beyond them), and on a GPU the
@@ -140,40 +149,27 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
     candidate's apart, so only those wait for each other. `details["breakdown"]` holds where the seconds
     went: static_s, baselines_s (beside the judge), baselines_wait_s (after it, waiting for them), close_s
     (stopping the sandboxes left over), then the judge's phases; `on_phase(name, seconds)` hears each of
-    those as it ends (the baselines' when they are in). `prestarted` (SpareRunners, depth 0) holds processes
-    the caller started before it imported torch (kgen eval: they import theirs side by side with it);
-    this call takes them over, closes them, and starts what they lack."""
+    those as it ends (the baselines' when they are in)."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
     if verdict.rejection is not None:  # nothing else is checked or started, the device included
-        if prestarted is not None:
-            prestarted.close()
         result = _base_result(problem, settings, verdict.language)
         result.outcome, result.message = Outcome.STATIC_REJECT.value, verdict.rejection
         result.eval_s = static_s
         result.details["breakdown"] = {"static_s": static_s}
         return result
-    from kgen.judge.spares import SpareRunners, processes_for, spare_key
+    from kgen.judge.spares import SpareRunners, spare_key
 
-    try:
-        device = _check_device(settings.device)
-        mode = sandbox_mode(settings)
-        check_sandbox(mode)
-    except BaseException:
-        if prestarted is not None:
-            prestarted.close()
-        raise
-    if prestarted is not None and prestarted.mode is not mode:
-        prestarted.close()
-        prestarted = None
-    spares = prestarted or SpareRunners(mode, depth=0)
+    device = _check_device(settings.device)
+    mode = sandbox_mode(settings)
+    check_sandbox(mode)
+    spares = SpareRunners(mode, depth=0)
     breakdown: dict[str, Any] = {"static_s": static_s}
     timed: dict[str, Any] = {}
     thread = None
     try:
-        spares.keep_only(spare_key(device))
-        spares.prestart(spare_key(device), processes_for(verdict.language, device))
+        spares.prestart(spare_key(device), _processes(verdict.language, device))
         if baselines is not None and device != "cpu":
             def time_them() -> None:
                 mark = time.monotonic()

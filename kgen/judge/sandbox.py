@@ -41,11 +41,6 @@ from typing import Optional
 
 from kgen.core.errors import KgenError
 
-
-class HarnessFault(Exception):
-    """The judge or the sandbox failed, not the candidate: the outcome is harness_error. (Here, with no
-    torch import, so processes can be started before the parent has imported torch: kgen eval.)"""
-
 SANDBOX_UID = 65534
 TMPFS_BYTES = 4 << 30
 FILE_SIZE_LIMIT_BYTES = 2 << 30  # enough for CUDA builds and Triton caches, not for filling a disk

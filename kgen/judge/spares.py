@@ -7,7 +7,6 @@ evaluations before.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import shutil
 import socket
@@ -15,16 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Optional
 
+import torch
+
 from kgen.harness.protocol import Channel
 from kgen.judge.builds import builds_root
-from kgen.judge.sandbox import (
-    HarnessFault,
-    SandboxedProcess,
-    SandboxMode,
-    SandboxSpec,
-    SandboxUnavailable,
-    cpu_memory_limit_bytes,
-)
+from kgen.judge.sandbox import SandboxedProcess, SandboxMode, SandboxSpec, SandboxUnavailable, cpu_memory_limit_bytes
+from kgen.judge.verdict import HarnessFault
 
 
 @dataclass
@@ -80,33 +75,10 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run", wrapper: tu
 def spare_key(device: str) -> str:
     """The device as the judge names it when it takes a spare (Judge.take: cuda:N, or cpu), for code that
     starts spares before the judge runs."""
-    import torch
-
     target = torch.device(device)
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", torch.cuda.current_device())
     return str(target)
-
-
-def processes_for(language: str, device: str) -> dict[str, int]:
-    """The sandboxed processes one evaluation takes, per kind (see Judge.run): on a GPU a compile step
-    and two runners (the candidate's, and the reference runner that never sees candidate code); on the
-    CPU a runner for a Triton candidate, a compile step for a CUDA one (which is never run there)."""
-    if device != "cpu":
-        return {"compile": 1, "run": 2}
-    return {"compile": 1} if language == "cuda" else {"run": 1}
-
-
-def likely_device_key(device: Optional[str]) -> str:
-    """The spare key (as spare_key gives it) of the device a `kgen eval` will judge on, told before torch
-    is imported: `device` as asked, else a GPU where the NVIDIA driver's device file is and no
-    CUDA_VISIBLE_DEVICES hides the GPUs. A guess: the caller compares it with spare_key once torch is in."""
-    if device is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        device = "cuda" if os.path.exists("/dev/nvidiactl") and visible not in ("", "-1") else "cpu"
-    if device == "cuda":  # torch's current device in a fresh process
-        return "cuda:0"
-    return device
 
 
 class SpareRunners:
@@ -178,12 +150,6 @@ class SpareRunners:
         finally:
             for slot in held:
                 slot.process.pause(False)
-
-    def keep_only(self, device: str) -> None:
-        """Stop the processes started for any other device (a guess made before torch said which)."""
-        for key in [k for k in self.spares if k[0] != device]:
-            for slot in self.spares.pop(key):
-                slot.close()
 
     def close(self) -> None:
         for queue in self.spares.values():

@@ -12,7 +12,6 @@ from typing import Any, Optional
 import torch
 
 from kgen.judge import verify
-from kgen.judge.sandbox import HarnessFault  # noqa: F401 - where the judge's modules take it from
 
 MESSAGE_CHARS = 4000
 
@@ -25,6 +24,10 @@ class Verdict(Exception):
         self.outcome = str(outcome)
         self.message = message
         self.fields = fields
+
+
+class HarnessFault(Exception):
+    """The judge or the sandbox failed, not the candidate: the outcome is harness_error."""
 
 
 class _Restart(Exception):
