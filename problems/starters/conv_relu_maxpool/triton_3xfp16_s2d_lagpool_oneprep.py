@@ -1,0 +1,428 @@
+"""Conv2d -> ReLU -> MaxPool2d, Triton: the one-dot 3xFP16 space-to-depth convolution of
+conv2d/triton_3xfp16_s2d_onedot.py (same pre-passes, same K loop: see that file for the design and the
+arithmetic) with the ReLU in its epilogue and the max pool INSIDE the same kernel, lagged: after storing its
+tile of image i, each conv program pools its 1/24th share of image i - LAG, finished long before and still
+in L2. No pool kernel, no second pass over the 116 MB conv output from HBM; the pool's L2 reads overlap the
+other programs' MMAs.
+
+Why: the onedot pool starter (conv, then a pool kernel) is judged 0.341 ms against 0.279 for the conv alone:
+the pool kernel (~53 us, ncu: DRAM 78% busy, L2 hit 29%) reads the 116 MB back from HBM. Pooling in the
+conv's own tile needs windows that cross tiles (a 128-pixel tile is 2.3 conv rows; windows are 3 x 3,
+stride 2, overlapping): pool-aligned tiles recompute 1.16-1.5x the MMAs (27 pooled rows/cols, 55-wide rows
+padded to 64 or 1-row halos), row bands processed in order by one program leave 100-200 programs for 264
+slots, and pooling a row by the tile that completes it (triton_3xfp16_s2d_async_pool.py FUSE_POOL 1) lost
+(0.403 vs 0.386): that tile's SM idles its tensor cores while it pools, with waits on other tiles. Here
+nothing waits in the normal case and every program carries the same pool share.
+
+How (FUSE 1): one launch, a 1-D grid, image-major: programs 0 .. 2399 are the conv tiles (tile r of image
+i = program i * 24 + r); the 16 * 24 = 384 programs after them only pool (the last LAG images). A conv
+program stores its tile, then `bar.sync` and one `atom.global.gpu.release.add` (thread 0) on the image's
+counter; then it waits for counter[i - LAG] == 24 (`ld.global.gpu.acquire` by thread 0, broadcast through
+shared memory, `bar.sync`: PTX read back; Triton lowers atomic_add(ptr, 0, sem="acquire") to that load)
+and pools outputs [r * SHARE, (r + 1) * SHARE) of image i - LAG (flat (oc, py, px) order; SHARE = 69,984 /
+24 = 2,916, four planes; 9 loads per output, L1 serves the windows' overlap; POOL_CG 1: .cg loads instead).
+The counters (one int per image) are zeroed by the weight pre-pass, which runs before in stream order.
+Every wait is on images of lower program ids: with the in-order block dispatch GPUs use (which CUTLASS's
+serial split-K semaphores rely on too) the lowest unfinished program can always run, so the waits end; in
+Triton's interpreter (programs one after the other, in order) they end at once. FUSE 0: the plain conv,
+then a separate pool kernel (the old way, in the same file, for the sweep).
+Arithmetic at AlexNet's size (H100, 132 SMs): the conv program has 159 registers and 86 KB of shared memory
+(3 stages): two per SM, 264 resident, 11 images in flight (24 tiles each): LAG 16 leaves 5 images (120 tiles)
+of slack, so the acquire finds the counter full at once, and image i - LAG was written ~1.5 tile times
+(~35 us) earlier, ~18 MB of conv output ago: in L2 (50 MB). Per tile: the conv ~25 us per program (225 us
+x 264 slots / 2400 tiles); its pool share: 48 KB of L2 reads (3 steps of 1024 outputs, ~1-1.5 us of L2
+latency each: ~3-5 us) + 11.7 KB written; meanwhile the other program on the SM keeps the tensor cores
+busy. Cost: the SM runs one conv program for ~15% of the time (~5% of the conv, ~10 us), +116 MB of L2
+reads on the conv's ~1.4 GB of L2->SM traffic (~8% if L2 bandwidth is the conv's limit, ~15 us), and the
+tail: the last 16 images' pool (18.6 MB, 384 programs) mostly overlaps the last conv wave (~5 us).
+Expected: conv kernel 225 us + 15-30 us, + 48 us of pre-passes -> 0.29-0.31 ms judged (0.341 with the
+separate pool kernel; target 0.31). Unmeasured: the real per-tile pool time and how much of it the
+co-resident program hides; FUSE 0 is the in-file baseline, LAG / POOL_BLOCK / NUM_STAGES the knobs.
+Registers (ptxas via Triton 3.6, sm_90, offline; ints specialized as the JIT does at AlexNet's size):
+default 159, no spills, 86,016 B shared memory, K loop `wgmma.wait_group 2`; NUM_STAGES 4: 159, 114,688 B;
+POOL_BLOCK 2048: 176; BLOCK_M 64: 128; BLOCK_M 256 (8 warps): 161, 135 KB; KSTEP 128 (2 stages): 168;
+FUSE 0: 162 (the conv2d onedot kernel compiled the same way: 167).
+Interpreter: correct at the small size (kgen eval); direct checks against float64 conv -> relu -> pool,
+x1 and x100 inputs, at 5x3x96x83 (96 channels, conv 23x20 -> pooled 11x9) with LAG 2 (conv programs
+pool images 0-2, the tail 3-4), 3x3x96x83 LAG 16 (all pooled by the tail), 4x3x71x67 LAG 1 POOL_BLOCK
+256 POOL_CG 1, FUSE 0, BLOCK_M 64 LAG 1, 3x5x23x19 (k 5, s 2, p 1, 40 channels) LAG 1, and 4x5x23x19 with
+SPLIT 0 BLOCK_N 32 (two channel groups per image) and a 2/2 pool, LAG 2: normwise 1.0-1.3e-7.
+The waits are bounded (SPIN_MAX polls, ~1 s): a broken count or schedule gives a wrong result, not a hang.
+"""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK_M = 128
+BLOCK_N = 64      # channel tile (a power of two); SPLIT 1 adds a second tile of BLOCK_N // 2
+SPLIT = 1         # 0: one dot of BLOCK_N channels per step; 1: BLOCK_N + BLOCK_N // 2 channels, two dots
+KSTEP = 64        # virtual-K depth of one step: 4 (64) or 8 (128) units of 16
+NUM_WARPS = 4
+NUM_STAGES = 4    # H100 sweep best (0.3164 ms vs 0.3226 at 3 stages); 112 KB of shared memory per program
+MAXNREG = 0       # registers per thread cap (0: none)
+S2D_BLOCK_J = 32  # s2d pixels per split program
+S2D_WARPS = 4     # warps per prep program
+S2D_VEC = 1       # 1: hi/lo interleaved in registers, 16-byte stores; 0: two 2-byte-scalar stores (lagpool's)
+ONEPREP = 1       # 1: the weight layout (and counter zeroing) as extra programs of the split's launch; 0: 2 launches
+PDL = 1           # 1: the conv launched with programmatic dependent launch, griddepcontrol.wait at its top
+PDL_TRIGGER = 1   # PDL: where the prep programs allow the conv's launch: 1 at their start, 2 at their end, 0 exit
+FUSE = 1          # 1: the pool inside the conv kernel, LAG images behind; 0: a pool kernel after the conv
+LAG = 16          # FUSE 1: a tile of image i pools its share of image i - LAG (done, still in L2)
+POOL_BLOCK = 1024 # pooled outputs per step of a tile's pool share (FUSE 1) or per program (FUSE 0)
+POOL_CG = 0       # 1: the pool's loads bypass L1 (.cg); 0: default caching (L1 serves the windows' overlap)
+POOL_WARPS = 8    # warps of the separate pool kernel (FUSE 0)
+BLOCK_K = 16      # one fp16 MMA deep; the chunk (and channel padding) unit
+X_SHIFT = 3       # x is scaled by 2^X_SHIFT before the split (exact): range vs small-value precision
+SPIN_MAX = 1 << 20  # polls of a counter before a pool share gives up (~1 s; never reached when all is well)
+
+KGEN_TUNABLE = {
+    "BLOCK_M": [64, 128, 256],
+    "BLOCK_N": [32, 64, 128],
+    "SPLIT": [0, 1],
+    "KSTEP": [32, 64, 128],
+    "NUM_WARPS": [4, 8],
+    "NUM_STAGES": [2, 3, 4, 5],
+    "MAXNREG": [0, 168, 232],
+    "S2D_BLOCK_J": [16, 32, 64],
+    "S2D_WARPS": [2, 4, 8],
+    "S2D_VEC": [0, 1],
+    "ONEPREP": [0, 1],
+    "PDL": [0, 1],
+    "PDL_TRIGGER": [0, 1, 2],
+    "FUSE": [0, 1],
+    "LAG": [8, 12, 16, 24, 32],
+    "POOL_BLOCK": [256, 512, 1024, 2048],
+    "POOL_CG": [0, 1],
+    "POOL_WARPS": [4, 8],
+}
+
+
+@triton.jit
+def _s2d_program(x_ptr, xs_ptr, row, jb, C, H, W, Hs, Ws, pad,
+                 S: tl.constexpr, CS: tl.constexpr, CS_PAD: tl.constexpr, CS_P2: tl.constexpr,
+                 BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, X_SCALE: tl.constexpr, VEC: tl.constexpr):
+    # row (n * Hs + i) of x_s2d, pixels jb * BLOCK_J ..: x_s2d[n, i, j] holds CS_PAD channels (c, dy, dx) as
+    # chunks of BLOCK_K: [hi x BLOCK_K | lo x BLOCK_K] each; zeros for padding and channels past CS
+    n = row // Hs
+    i = row % Hs
+    j = jb * BLOCK_J + tl.arange(0, BLOCK_J)
+    cs = tl.arange(0, CS_P2)
+    c = cs // (S * S)
+    dy = (cs // S) % S
+    dx = cs % S
+    ih = i * S + dy - pad                         # [CS_P2]
+    iw = j[:, None] * S + dx[None, :] - pad       # [BLOCK_J, CS_P2]
+    inside = (cs < CS)[None, :] & (ih >= 0)[None, :] & (ih < H)[None, :] & (iw >= 0) & (iw < W)
+    src = (n.to(tl.int64) * C + c[None, :]) * H * W + ih[None, :] * W + iw
+    v = tl.load(x_ptr + src, mask=inside, other=0.0) * X_SCALE   # a power of two: exact
+    hi = v.to(tl.float16)
+    lo = (v - hi.to(tl.float32)).to(tl.float16)   # v - hi is exact in fp32
+    if VEC:
+        # interleave in registers into the stored order ([chunk][hi | lo][16]): one contiguous run of
+        # 2 * CS_PAD halves per pixel, so the stores are 16-byte vectors, not 2-byte scalars
+        NQ: tl.constexpr = CS_P2 // BLOCK_K
+        hl = tl.join(tl.reshape(hi, (BLOCK_J, NQ, BLOCK_K)), tl.reshape(lo, (BLOCK_J, NQ, BLOCK_K)))
+        hl = tl.reshape(tl.permute(hl, (0, 1, 3, 2)), (BLOCK_J, 2 * CS_P2))
+        e = tl.arange(0, 2 * CS_P2)
+        dst = (row.to(tl.int64) * Ws + j[:, None]) * (2 * CS_PAD) + e[None, :]
+        tl.store(xs_ptr + dst, hl, mask=(j < Ws)[:, None] & (e < 2 * CS_PAD)[None, :])
+    else:
+        dst = (row.to(tl.int64) * Ws + j[:, None]) * (2 * CS_PAD) + (cs + (cs // BLOCK_K) * BLOCK_K)[None, :]
+        ok = (j < Ws)[:, None] & (cs < CS_PAD)[None, :]
+        tl.store(xs_ptr + dst, hi, mask=ok)
+        tl.store(xs_ptr + dst + BLOCK_K, lo, mask=ok)
+
+
+@triton.jit
+def _weight_program(w_ptr, wv_ptr, inv_ptr, cnt_ptr, oc, NCNT, OC, C, KH, KW, KWs, NCH, KV,
+                    S: tl.constexpr, CS_PAD: tl.constexpr, BLOCK_K: tl.constexpr, X_SHIFT: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    # w [OC, C, KH, KW] -> wv [OC_pad, KV] fp16 in virtual-K order: unit u (BLOCK_K wide) = chunk q = u // 3,
+    # part u % 3: 0 -> w_lo[q], 1 -> w_hi[q], 2 -> w_hi[q] (x's units: a_hi, a_lo, a_hi); zeros past 3 * NCH
+    # units and for rows past OC. Chunk q, lane j: k = q * BLOCK_K + j = tap * CS_PAD + (c*S + dy)*S + dx,
+    # tap (kh, kw) = (a*S + dy, b*S + dx). Scaled by 2^e per output channel (max |w| * 2^e in [2^13, 2^14):
+    # lo stays normal); inv[oc] = 2^-(e + X_SHIFT) undoes both scalings. Output channel oc; oc 0 also zeroes
+    # the NCNT per-image tile counters of the conv kernel (which runs after this launch)
+    if oc == 0:                                   # the conv kernel's per-image tile counters start at 0
+        for k0 in range(0, NCNT, BLOCK):
+            kk = k0 + tl.arange(0, BLOCK)
+            tl.store(cnt_ptr + kk, tl.zeros([BLOCK], dtype=tl.int32), mask=kk < NCNT)
+    CKK = C * KH * KW
+    ckk_limit = tl.where(oc < OC, CKK, 0)
+    wmax = 0.0
+    for k0 in range(0, CKK, BLOCK):
+        kk = k0 + tl.arange(0, BLOCK)
+        v = tl.load(w_ptr + oc * CKK + kk, mask=kk < ckk_limit, other=0.0)
+        wmax = tl.maximum(wmax, tl.max(tl.abs(v), axis=0))
+    ebits = (wmax.to(tl.uint32, bitcast=True) >> 23).to(tl.int32)     # biased exponent of max |w|
+    e = tl.where(wmax > 0.0, 140 - ebits, 0)                          # 13 - floor(log2(max |w|))
+    e = tl.minimum(tl.maximum(e, -100), 100)
+    scale = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    tl.store(inv_ptr + oc, ((127 - e - X_SHIFT) << 23).to(tl.float32, bitcast=True))
+    u_limit = tl.where(oc < OC, 3 * NCH, 0)       # padding rows past OC: all zeros
+    for k0 in range(0, KV, BLOCK):
+        kv = k0 + tl.arange(0, BLOCK)
+        u = kv // BLOCK_K
+        q = u // 3
+        part = u % 3
+        k = q * BLOCK_K + kv % BLOCK_K
+        tap = k // CS_PAD
+        cs = k % CS_PAD
+        c = cs // (S * S)
+        kh = (tap // KWs) * S + (cs // S) % S
+        kw = (tap % KWs) * S + cs % S
+        ok = (u < u_limit) & (c < C) & (kh < KH) & (kw < KW)
+        w = tl.load(w_ptr + ((oc * C + c) * KH + kh) * KW + kw, mask=ok, other=0.0) * scale
+        hi = w.to(tl.float16)
+        lo = (w - hi.to(tl.float32)).to(tl.float16)
+        tl.store(wv_ptr + oc * KV + kv, tl.where(part == 0, lo, hi), mask=kv < KV)
+
+
+@triton.jit
+def _prep_kernel(x_ptr, xs_ptr, C, H, W, Hs, Ws, pad, NJ,
+                 w_ptr, wv_ptr, inv_ptr, cnt_ptr, NW, NCNT, OC, KH, KW, KWs, NCH, KV,
+                 S: tl.constexpr, CS: tl.constexpr, CS_PAD: tl.constexpr, CS_P2: tl.constexpr,
+                 BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr,
+                 VEC: tl.constexpr, DO_S2D: tl.constexpr, DO_W: tl.constexpr, TRIGGER: tl.constexpr):
+    # 1-D grid: programs 0 .. NW-1 build the weight's virtual-K layout (one output channel each, first so
+    # they run in the first wave beside the split programs), the rest are s2d split programs (NJ per row).
+    # ONEPREP 1: both in this one launch; 0: two launches (DO_W only, then DO_S2D only, NW = 0)
+    pid = tl.program_id(0)
+    if TRIGGER == 1:
+        # PDL: the conv grid may launch once every program here has started (its programs wait in
+        # griddepcontrol.wait for this grid's completion and memory flush before reading anything)
+        tl.extra.cuda.gdc_launch_dependents()
+    if DO_W and pid < NW:
+        _weight_program(w_ptr, wv_ptr, inv_ptr, cnt_ptr, pid, NCNT, OC, C, KH, KW, KWs, NCH, KV,
+                        S, CS_PAD, BLOCK_K, X_SHIFT, 256)
+    if DO_S2D and pid >= NW:
+        t = pid - NW
+        _s2d_program(x_ptr, xs_ptr, t // NJ, t % NJ, C, H, W, Hs, Ws, pad,
+                     S, CS, CS_PAD, CS_P2, BLOCK_J, BLOCK_K, X_SCALE, VEC)
+    if TRIGGER == 2:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _w_tile(wv_ptr, n_base, OC, KV, kv0, BN: tl.constexpr, KSTEP: tl.constexpr):
+    # [KSTEP, BN] operand: channels n_base .. n_base + BN (rows past OC masked: never loaded), virtual K kv0..
+    rn = n_base + tl.arange(0, BN)
+    off = rn[:, None] * KV + kv0 + tl.arange(0, KSTEP)[None, :]
+    return tl.trans(tl.load(wv_ptr + off, mask=(rn < OC)[:, None], other=0.0))
+
+
+@triton.jit
+def _store_tile(y_ptr, inv_ptr, bias_ptr, acc, y_img, p, p_ok, offs_n, OC, OHW,
+                HAS_BIAS: tl.constexpr, RELU: tl.constexpr):
+    n_ok = offs_n < OC
+    acc = acc * tl.load(inv_ptr + offs_n, mask=n_ok, other=0.0)[None, :]     # exact: a power of two
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if RELU:
+        acc = tl.maximum(acc, 0.0)
+    y_off = y_img + offs_n[None, :].to(tl.int64) * OHW + p[:, None]
+    tl.store(y_ptr + y_off, acc, mask=p_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _pool_share(y_ptr, out_ptr, pimg, share, SHARE, NOUT, OC, OH, OW, PH, PW, PS,
+                PK: tl.constexpr, POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr):
+    # pooled outputs [share * SHARE, (share + 1) * SHARE) of image pimg (flat (oc, py, px) order, NOUT of them)
+    lo = share * SHARE
+    hi = tl.minimum(lo + SHARE, NOUT)
+    y_img = pimg.to(tl.int64) * OC * OH * OW
+    o_img = pimg.to(tl.int64) * NOUT
+    for o0 in range(lo, hi, POOL_BLOCK):
+        o = o0 + tl.arange(0, POOL_BLOCK)
+        ok = o < hi
+        px = o % PW
+        t = o // PW
+        py = t % PH
+        oc = t // PH
+        base = y_img + (oc * OH + py * PS) * OW + px * PS
+        best = tl.full([POOL_BLOCK], float("-inf"), tl.float32)
+        for dy in tl.static_range(PK):
+            for dx in tl.static_range(PK):
+                if POOL_CG:
+                    v = tl.load(y_ptr + base + dy * OW + dx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+                else:
+                    v = tl.load(y_ptr + base + dy * OW + dx, mask=ok, other=float("-inf"))
+                best = tl.maximum(best, v)
+        tl.store(out_ptr + o_img + o, best, mask=ok)  # the conv epilogue applied the ReLU
+
+
+@triton.jit
+def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr,
+                      OC, OH, OW, Hs, Ws, NCH, KV, NB, TP, NN, N_CONV, LAG_N, PH, PW, PS, NOUT, SHARE,
+                      KWs: tl.constexpr, CS_PAD: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
+                      OFF64: tl.constexpr, BLOCK_M: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
+                      KSTEP: tl.constexpr, BLOCK_K: tl.constexpr, FUSE: tl.constexpr, PK: tl.constexpr,
+                      POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr, SPIN_MAX: tl.constexpr,
+                      USE_GDC: tl.constexpr):
+    # programs 0 .. N_CONV-1: one conv tile each, image-major (BLOCK_M output pixels x (T0 + T1) channels; the
+    # TPI = TP * NN tiles of image i are programs i*TPI .. i*TPI + TPI-1); FUSE 1: each then pools share r (its
+    # rank in its image) of image i - LAG_N, and programs N_CONV .. N_CONV + LAG_N*TPI - 1 pool the last
+    # LAG_N images' shares (no conv)
+    pid = tl.program_id(0)
+    if USE_GDC:
+        # launched with PDL while the prep grid may still run: wait for its completion and memory flush (x_s2d,
+        # wv, inv and the zeroed counters) before any load; launch and block start-up overlapped its tail
+        tl.extra.cuda.gdc_wait()
+    TPI = TP * NN
+    pimg = pid * 0 - 1                            # the image this program pools (-1: none)
+    share = pid * 0
+    if pid < N_CONV:
+        img = pid // TPI
+        r = pid % TPI
+        pid_n = r // TP
+        pid_p = r % TP
+        OHW = OH * OW
+        p = pid_p * BLOCK_M + tl.arange(0, BLOCK_M)
+        p_ld = tl.minimum(p, OHW - 1)             # clamped: every load in bounds, no row mask
+        oh = p_ld // OW
+        ow = p_ld % OW
+        pix = (img * Hs + oh) * Ws + ow           # top-left tap's pixel in x_s2d
+        if OFF64:
+            base = pix.to(tl.int64) * (2 * CS_PAD)
+        else:
+            base = pix * (2 * CS_PAD)
+        base = tl.multiple_of(base, 2 * BLOCK_K)
+        NC: tl.constexpr = CS_PAD // BLOCK_K      # chunks per tap
+        col = tl.arange(0, KSTEP)
+        n0 = pid_n * (T0 + T1)
+
+        acc0 = tl.zeros((BLOCK_M, T0), dtype=tl.float32)
+        acc1 = tl.zeros((BLOCK_M, T1 if T1 > 0 else 16), dtype=tl.float32)
+        for kv0 in range(0, KV, KSTEP):
+            u = kv0 // BLOCK_K + col // BLOCK_K   # virtual unit of each column
+            q = tl.minimum(u // 3, NCH - 1)       # its chunk (units past 3 * NCH meet zero weights)
+            tap = q // NC
+            coff = ((tap // KWs) * Ws + tap % KWs) * (2 * CS_PAD) + (q % NC) * (2 * BLOCK_K) \
+                + tl.where(u % 3 == 1, BLOCK_K, 0) + col % BLOCK_K
+            coff = tl.max_contiguous(tl.multiple_of(coff, BLOCK_K), BLOCK_K)
+            a = tl.load(xs_ptr + base[:, None] + coff[None, :])
+            acc0 = tl.dot(a, _w_tile(wv_ptr, n0, OC, KV, kv0, T0, KSTEP), acc0)
+            if T1 > 0:
+                acc1 = tl.dot(a, _w_tile(wv_ptr, n0 + T0, OC, KV, kv0, T1, KSTEP), acc1)
+
+        p_ok = p < OHW
+        y_img = img.to(tl.int64) * OC * OHW
+        _store_tile(y_ptr, inv_ptr, bias_ptr, acc0, y_img, p, p_ok, n0 + tl.arange(0, T0), OC, OHW, HAS_BIAS, RELU)
+        if T1 > 0:
+            _store_tile(y_ptr, inv_ptr, bias_ptr, acc1, y_img, p, p_ok, n0 + T0 + tl.arange(0, T1), OC, OHW,
+                        HAS_BIAS, RELU)
+        if FUSE:
+            # every thread's stores of this tile, then one release at GPU scope: the tile is counted done
+            tl.debug_barrier()
+            tl.atomic_add(cnt_ptr + img, 1, sem="release", scope="gpu")
+            pimg = img - LAG_N
+            share = r
+    else:
+        t = pid - N_CONV
+        pimg = NB - LAG_N + t // TPI
+        share = t % TPI
+    if FUSE:  # noqa: SIM102  (FUSE is a compile-time branch, pimg a run-time one)
+        if pimg >= 0:
+            # wait (acquire, GPU scope) until the TPI tiles of image pimg are counted: with LAG_N images of
+            # lag they finished long ago and this is one atomic; all of them are earlier programs, so the wait
+            # ends however the programs are scheduled (and at once in the interpreter, which runs them in order)
+            # (bounded: a broken count or schedule gives a wrong result after ~1 s, never a hung GPU)
+            done = tl.atomic_add(cnt_ptr + pimg, 0, sem="acquire", scope="gpu")
+            spins = 0
+            while (done < TPI) & (spins < SPIN_MAX):
+                done = tl.atomic_add(cnt_ptr + pimg, 0, sem="acquire", scope="gpu")
+                spins += 1
+            tl.debug_barrier()
+            _pool_share(y_ptr, out_ptr, pimg, share, SHARE, NOUT, OC, OH, OW, PH, PW, PS,
+                        PK, POOL_BLOCK, POOL_CG)
+
+
+@triton.jit
+def _maxpool_kernel(y_ptr, out_ptr, NOUT, OC, OH, OW, PH, PW, PS,
+                    PK: tl.constexpr, POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr):
+    # FUSE 0: the pool after the conv; program (share, image): POOL_BLOCK pooled outputs of one image
+    _pool_share(y_ptr, out_ptr, tl.program_id(1), tl.program_id(0), POOL_BLOCK, NOUT, OC, OH, OW, PH, PW, PS,
+                PK, POOL_BLOCK, POOL_CG)
+
+
+def conv_relu_pool_s2d_3xfp16_oneprep(x, weight, bias, stride, padding, PK, PS):
+    x = x.contiguous().float()
+    NB, C, H, W = x.shape
+    OC, _, KH, KW = weight.shape
+    S = stride
+    OH = (H + 2 * padding - KH) // S + 1
+    OW = (W + 2 * padding - KW) // S + 1
+    PH = (OH - PK) // PS + 1 if OH >= PK else 0
+    PW = (OW - PK) // PS + 1 if OW >= PK else 0
+    out = torch.empty((NB, OC, PH, PW), device=x.device, dtype=torch.float32)
+    if out.numel() == 0:
+        return out
+    y = torch.empty((NB, OC, OH, OW), device=x.device, dtype=torch.float32)
+    KHs, KWs = triton.cdiv(KH, S), triton.cdiv(KW, S)
+    Hs, Ws = OH + KHs - 1, OW + KWs - 1           # exactly the s2d pixels some output reads
+    CS = S * S * C
+    CS_PAD = triton.cdiv(CS, BLOCK_K) * BLOCK_K
+    xs = torch.empty((NB * Hs * Ws * 2 * CS_PAD,), device=x.device, dtype=torch.float16)
+    NCH = KHs * KWs * CS_PAD // BLOCK_K           # 16-channel chunks of K (27 at AlexNet's size)
+    KV = triton.cdiv(3 * NCH * BLOCK_K, KSTEP) * KSTEP
+    T0, T1 = BLOCK_N, (BLOCK_N // 2 if SPLIT else 0)
+    CH = T0 + T1
+    OC_pad = triton.cdiv(OC, CH) * CH
+    wv = torch.empty((OC_pad, KV), device=x.device, dtype=torch.float16)
+    inv = torch.empty((OC_pad,), device=x.device, dtype=torch.float32)
+    cnt = torch.empty((NB,), device=x.device, dtype=torch.int32)   # zeroed by the weight programs
+    use_gdc = bool(PDL) and x.is_cuda             # griddepcontrol: GPU only (not in the interpreter)
+    trigger = PDL_TRIGGER if use_gdc else 0
+    NJ = triton.cdiv(Ws, S2D_BLOCK_J)
+    n_s2d = NB * Hs * NJ
+    w = weight.contiguous().float()
+    prep = (x, xs, C, H, W, Hs, Ws, padding, NJ, w, wv, inv, cnt)
+    meta = dict(S=S, CS=CS, CS_PAD=CS_PAD, CS_P2=triton.next_power_of_2(CS_PAD), BLOCK_J=S2D_BLOCK_J,
+                BLOCK_K=BLOCK_K, X_SCALE=float(2 ** X_SHIFT), X_SHIFT=X_SHIFT, VEC=S2D_VEC,
+                num_warps=S2D_WARPS)
+    wargs = (NB if FUSE else 0, OC, KH, KW, KWs, NCH, KV)
+    if ONEPREP:   # one launch: OC_pad weight programs, then the split programs
+        _prep_kernel[(OC_pad + n_s2d,)](*prep, OC_pad, *wargs, DO_S2D=True, DO_W=True, TRIGGER=trigger, **meta)
+    else:         # the old order: the split, then the weight kernel (the conv's PDL predecessor)
+        _prep_kernel[(n_s2d,)](*prep, 0, *wargs, DO_S2D=True, DO_W=False, TRIGGER=0, **meta)
+        _prep_kernel[(OC_pad,)](*prep, OC_pad, *wargs, DO_S2D=False, DO_W=True, TRIGGER=trigger, **meta)
+    TP, NN = triton.cdiv(OH * OW, BLOCK_M), OC_pad // CH
+    TPI = TP * NN                                 # conv tiles per image
+    N_CONV = NB * TPI
+    NOUT = OC * PH * PW                           # pooled outputs per image
+    LAG_N = min(LAG, NB) if FUSE else 0
+    SHARE = triton.cdiv(NOUT, TPI)                # pooled outputs per tile (FUSE 1)
+    extra = {"maxnreg": MAXNREG} if MAXNREG else {}
+    if use_gdc:
+        extra["launch_pdl"] = True                # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    _conv_pool_kernel[(N_CONV + LAG_N * TPI,)](
+        xs, wv, inv, bias if bias is not None else inv, y, out, cnt,
+        OC, OH, OW, Hs, Ws, NCH, KV, NB, TP, NN, N_CONV, LAG_N, PH, PW, PS, NOUT, SHARE,
+        KWs=KWs, CS_PAD=CS_PAD, HAS_BIAS=bias is not None, RELU=True,
+        OFF64=xs.numel() >= 2**31, BLOCK_M=BLOCK_M, T0=T0, T1=T1, KSTEP=KSTEP, BLOCK_K=BLOCK_K,
+        FUSE=FUSE, PK=PK, POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG, SPIN_MAX=SPIN_MAX, USE_GDC=use_gdc,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES, **extra)
+    if not FUSE:
+        _maxpool_kernel[(triton.cdiv(NOUT, POOL_BLOCK), NB)](y, out, NOUT, OC, OH, OW, PH, PW, PS, PK=PK,
+                                                           POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG,
+                                                           num_warps=POOL_WARPS)
+    return out
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, padding: int,
+                 pool_kernel: int, pool_stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=kernel_size, stride=stride, padding=padding)
+        self.relu = nn.ReLU()
+        self.pool = nn.MaxPool2d(kernel_size=pool_kernel, stride=pool_stride)
+        self.pool_kernel = pool_kernel
+        self.pool_stride = pool_stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        conv = self.conv
+        assert conv.groups == 1 and conv.dilation == (1, 1) and conv.stride[0] == conv.stride[1] \
+            and isinstance(conv.padding, tuple) and conv.padding[0] == conv.padding[1]
+        return conv_relu_pool_s2d_3xfp16_oneprep(x, conv.weight, conv.bias, conv.stride[0], conv.padding[0],
+                                                 self.pool_kernel, self.pool_stride)
