@@ -1,52 +1,47 @@
-"""Conv2d -> ReLU -> MaxPool2d, Triton: the one-dot 3xFP16 space-to-depth convolution of
-conv2d/triton_3xfp16_s2d_onedot.py (same pre-passes, same K loop: see that file for the design and the
-arithmetic) with the ReLU in its epilogue and the max pool INSIDE the same kernel, lagged: after storing its
-tile of image i, each conv program pools its 1/24th share of image i - LAG, finished long before and still
-in L2. No pool kernel, no second pass over the 116 MB conv output from HBM; the pool's L2 reads overlap the
-other programs' MMAs.
+"""Conv2d -> ReLU -> MaxPool2d, Triton: triton_3xfp16_s2d_onedot_lagpool.py (the one-dot 3xFP16 space-to-depth
+conv with the max pool inside the same kernel, LAG images behind; see that file for the conv, the lagged pool,
+the per-image counters and the arithmetic) with the launches around the conv tightened. Same conv kernel, same
+numerics; only the pre-passes and how the conv follows them change.
 
-Why: the onedot pool starter (conv, then a pool kernel) is judged 0.341 ms against 0.279 for the conv alone:
-the pool kernel (~53 us, ncu: DRAM 78% busy, L2 hit 29%) reads the 116 MB back from HBM. Pooling in the
-conv's own tile needs windows that cross tiles (a 128-pixel tile is 2.3 conv rows; windows are 3 x 3,
-stride 2, overlapping): pool-aligned tiles recompute 1.16-1.5x the MMAs (27 pooled rows/cols, 55-wide rows
-padded to 64 or 1-row halos), row bands processed in order by one program leave 100-200 programs for 264
-slots, and pooling a row by the tile that completes it (triton_3xfp16_s2d_async_pool.py FUSE_POOL 1) lost
-(0.403 vs 0.386): that tile's SM idles its tensor cores while it pools, with waits on other tiles. Here
-nothing waits in the normal case and every program carries the same pool share.
+Why: lagpool is judged 0.3178 ms (CUPTI 0.3142 ms of kernels) against a 0.31 target. Nsight Compute
+(RESULTS.md, seventh session) splits its forward into three launches: the s2d split 42.8 us (DRAM 2.6 TB/s,
+reads x 60 MB, writes the fp16 hi/lo copy 62 MB: 40 us at 3.0 TB/s), the weight's virtual-K layout 5.1 us
+(96 programs: launch- and latency-sized, 1% DRAM) and the conv 266.9 us; the 3.6 us between CUPTI and the
+judge are the gaps between launches (and the first launch's).
 
-How (FUSE 1): one launch, a 1-D grid, image-major: programs 0 .. 2399 are the conv tiles (tile r of image
-i = program i * 24 + r); the 16 * 24 = 384 programs after them only pool (the last LAG images). A conv
-program stores its tile, then `bar.sync` and one `atom.global.gpu.release.add` (thread 0) on the image's
-counter; then it waits for counter[i - LAG] == 24 (`ld.global.gpu.acquire` by thread 0, broadcast through
-shared memory, `bar.sync`: PTX read back; Triton lowers atomic_add(ptr, 0, sem="acquire") to that load)
-and pools outputs [r * SHARE, (r + 1) * SHARE) of image i - LAG (flat (oc, py, px) order; SHARE = 69,984 /
-24 = 2,916, four planes; 9 loads per output, L1 serves the windows' overlap; POOL_CG 1: .cg loads instead).
-The counters (one int per image) are zeroed by the weight pre-pass, which runs before in stream order.
-Every wait is on images of lower program ids: with the in-order block dispatch GPUs use (which CUTLASS's
-serial split-K semaphores rely on too) the lowest unfinished program can always run, so the waits end; in
-Triton's interpreter (programs one after the other, in order) they end at once. FUSE 0: the plain conv,
-then a separate pool kernel (the old way, in the same file, for the sweep).
-Arithmetic at AlexNet's size (H100, 132 SMs): the conv program has 159 registers and 86 KB of shared memory
-(3 stages): two per SM, 264 resident, 11 images in flight (24 tiles each): LAG 16 leaves 5 images (120 tiles)
-of slack, so the acquire finds the counter full at once, and image i - LAG was written ~1.5 tile times
-(~35 us) earlier, ~18 MB of conv output ago: in L2 (50 MB). Per tile: the conv ~25 us per program (225 us
-x 264 slots / 2400 tiles); its pool share: 48 KB of L2 reads (3 steps of 1024 outputs, ~1-1.5 us of L2
-latency each: ~3-5 us) + 11.7 KB written; meanwhile the other program on the SM keeps the tensor cores
-busy. Cost: the SM runs one conv program for ~15% of the time (~5% of the conv, ~10 us), +116 MB of L2
-reads on the conv's ~1.4 GB of L2->SM traffic (~8% if L2 bandwidth is the conv's limit, ~15 us), and the
-tail: the last 16 images' pool (18.6 MB, 384 programs) mostly overlaps the last conv wave (~5 us).
-Expected: conv kernel 225 us + 15-30 us, + 48 us of pre-passes -> 0.29-0.31 ms judged (0.341 with the
-separate pool kernel; target 0.31). Unmeasured: the real per-tile pool time and how much of it the
-co-resident program hides; FUSE 0 is the in-file baseline, LAG / POOL_BLOCK / NUM_STAGES the knobs.
-Registers (ptxas via Triton 3.6, sm_90, offline; ints specialized as the JIT does at AlexNet's size):
-default 159, no spills, 86,016 B shared memory, K loop `wgmma.wait_group 2`; NUM_STAGES 4: 159, 114,688 B;
-POOL_BLOCK 2048: 176; BLOCK_M 64: 128; BLOCK_M 256 (8 warps): 161, 135 KB; KSTEP 128 (2 stages): 168;
-FUSE 0: 162 (the conv2d onedot kernel compiled the same way: 167).
-Interpreter: correct at the small size (kgen eval); direct checks against float64 conv -> relu -> pool,
-x1 and x100 inputs, at 5x3x96x83 (96 channels, conv 23x20 -> pooled 11x9) with LAG 2 (conv programs
-pool images 0-2, the tail 3-4), 3x3x96x83 LAG 16 (all pooled by the tail), 4x3x71x67 LAG 1 POOL_BLOCK
-256 POOL_CG 1, FUSE 0, BLOCK_M 64 LAG 1, 3x5x23x19 (k 5, s 2, p 1, 40 channels) LAG 1, and 4x5x23x19 with
-SPLIT 0 BLOCK_N 32 (two channel groups per image) and a 2/2 pool, LAG 2: normwise 1.0-1.3e-7.
+How, one knob each (defaults: what should be fastest; FUSE 0 / LAG etc. as in lagpool):
+  ONEPREP 1: the weight layout (and the zeroing of the conv's per-image counters) becomes the first OC_pad = 96
+    programs of the split's own launch (`_prep_kernel`, a branch on program_id): they run in the split's first
+    wave beside 1,500 split programs (~6% of one wave's slots), so the 5.1 us kernel and one launch gap go:
+    expected -5 to -6 us. 0: two launches of the same code (split, then weight), lagpool's order.
+  PDL 1: the conv is launched with programmatic dependent launch (Triton 3.4+: `launch_pdl=True`, i.e.
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) and its first instruction is `griddepcontrol.wait`
+    (tl.extra.cuda.gdc_wait; SASS ACQBULK at instruction 7, before any load): it waits for the prep grid's
+    completion and memory flush, so every read of x_s2d, wv, inv and the counters stays ordered; what overlaps
+    is the conv grid's launch and its CTAs' start-up (112 KB shared memory each) with the prep's tail.
+    Expected -1 to -3 us. PDL_TRIGGER: where the prep programs call `griddepcontrol.launch_dependents`
+    (1: at their start, so the conv grid may launch as soon as the prep's last wave is resident; 2: after
+    their stores; 0: never, the implicit trigger at exit). The conv programs that launch early hold SM
+    slots while the prep's last wave runs, but every prep program has started by then, so none is starved.
+    With ONEPREP 0 the trigger is in the weight launch (the conv's predecessor; the split finished before it).
+    Off the GPU (interpreter, CPU tensors) PDL is ignored: no launch_pdl, no griddepcontrol.
+  S2D_VEC 1: the split interleaves hi/lo in registers (tl.join/permute/reshape, 4 KB of shared memory) and
+    stores each pixel's 96 halves with one store. Measured offline, it buys nothing: ptxas already makes
+    lagpool's two stores 16-byte STG.E.128 (VEC 0: 34 registers, VEC 1: 42); kept only as a sweep row.
+  S2D_BLOCK_J / S2D_WARPS: the split's tile (pixels per program) and warps, for the 2.6 -> 3.0 TB/s gap.
+Expected: 0.3178 - 6 (ONEPREP) - 1..3 (PDL) = 0.309-0.311 ms judged; the split's own 40 us floor is 3 us away.
+Registers (ptxas via Triton 3.6.0's wheel, sm_90, offline: cuobjdump --dump-resource-usage; ints specialized as
+the JIT does at AlexNet's size): `_prep_kernel` ONEPREP 1, BLOCK_J 32, 4 warps: 34 registers (VEC 1: 42),
+no stack, 16 B shared; the split-only launch (ONEPREP 0): 34, the weight-only launch: 29; BLOCK_J 64 VEC 1:
+48 (8 warps: 32, but one 2-byte store path); loads are 4-byte `ld.global.b32` (x's s2d groups of 4 floats sit at
+column 4j - 2: 8-byte misaligned), stores `st.global.v4.b32` (16 B). `_conv_pool_kernel` USE_GDC 1 (PDL):
+159 registers, no spills, 114,688 B shared memory at NUM_STAGES 4 (86,016 at 3): as lagpool's.
+Interpreter: direct checks against float64 conv -> relu -> pool, x1 and x100 inputs: 5x3x96x83 (96 channels,
+k 11, s 4, p 2, pool 3/2) LAG 2 (defaults: ONEPREP 1, S2D_VEC 0): 1.18e-7 / 1.25e-7; 3x3x96x83 LAG 16
+S2D_VEC 1 (all pooled by the tail): 1.13e-7 / 1.25e-7; 4x3x71x67 LAG 1 ONEPREP 0 POOL_BLOCK 256: 1.16e-7 /
+1.25e-7; the same with S2D_VEC 1 S2D_BLOCK_J 64 S2D_WARPS 8: 1.16e-7 / 1.25e-7; 3x5x23x19 (k 5, s 2, p 1, 40
+channels) LAG 1 S2D_BLOCK_J 16 S2D_WARPS 2 S2D_VEC 1: 8.9e-8 / 1.06e-7; 4x5x23x19 SPLIT 0 BLOCK_N 32 pool 2/2
+LAG 2: 8.5e-8 / 1.17e-7.
 The waits are bounded (SPIN_MAX polls, ~1 s): a broken count or schedule gives a wrong result, not a hang.
 """
 import torch
@@ -63,7 +58,7 @@ NUM_STAGES = 4    # H100 sweep best (0.3164 ms vs 0.3226 at 3 stages); 112 KB of
 MAXNREG = 0       # registers per thread cap (0: none)
 S2D_BLOCK_J = 32  # s2d pixels per split program
 S2D_WARPS = 4     # warps per prep program
-S2D_VEC = 1       # 1: hi/lo interleaved in registers, 16-byte stores; 0: two 2-byte-scalar stores (lagpool's)
+S2D_VEC = 0       # 1: hi/lo interleaved in registers (join/permute via 4 KB shared); 0: lagpool's two stores
 ONEPREP = 1       # 1: the weight layout (and counter zeroing) as extra programs of the split's launch; 0: 2 launches
 PDL = 1           # 1: the conv launched with programmatic dependent launch, griddepcontrol.wait at its top
 PDL_TRIGGER = 1   # PDL: where the prep programs allow the conv's launch: 1 at their start, 2 at their end, 0 exit
@@ -120,7 +115,7 @@ def _s2d_program(x_ptr, xs_ptr, row, jb, C, H, W, Hs, Ws, pad,
     lo = (v - hi.to(tl.float32)).to(tl.float16)   # v - hi is exact in fp32
     if VEC:
         # interleave in registers into the stored order ([chunk][hi | lo][16]): one contiguous run of
-        # 2 * CS_PAD halves per pixel, so the stores are 16-byte vectors, not 2-byte scalars
+        # 2 * CS_PAD halves per pixel, one store (ptxas: 16-byte STG either way; VEC 0 already vectorizes)
         NQ: tl.constexpr = CS_P2 // BLOCK_K
         hl = tl.join(tl.reshape(hi, (BLOCK_J, NQ, BLOCK_K)), tl.reshape(lo, (BLOCK_J, NQ, BLOCK_K)))
         hl = tl.reshape(tl.permute(hl, (0, 1, 3, 2)), (BLOCK_J, 2 * CS_P2))
