@@ -9,7 +9,7 @@
 #     while the Triton sweeps use the GPU
 # then the judge (`kgen eval --json --no-baselines`) of each new kernel's fastest correct setting.
 #   bash benchmarks/round7_gpu.sh [TOTAL_S]  -> $OUT/round7-results.tar.gz, $OUT/round7-summary.txt
-# Knob lists are the helpers' (benchmarks/kernel_round_crm6.sh, kernel_round_ln6.sh: the same sweeps standalone).
+# Knob lists are the helpers' (their standalone round scripts were folded into this one).
 . benchmarks/kernel_round.sh round7 "${1:-560}" 230
 CRM=problems/starters/conv_relu_maxpool
 CV=problems/starters/conv2d

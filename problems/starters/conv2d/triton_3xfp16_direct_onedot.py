@@ -26,6 +26,10 @@ dense fp16 rate (the old tensor pipe was 37% busy). Shared memory per step: x 8 
 in + 24 KB wgmma reads = 52 KB (old: 84 KB per step of 21): ~115 us. BLOCK_M 256 (8 warps, one program per
 SM) halves W per pixel: 0.65 GB of L2->SM.
 Expected: conv kernel ~190-215 us + 5 us of weight pass, no s2d pass -> 0.21-0.24 ms judged (0.279 now).
+Measured on the H100 (2026-11-26, benchmarks/round7_gpu.sh): it LOST: as written 0.3869 ms swept, best NUM_WARPS 8
+0.3509 (judged 0.3523) against 0.2744 for the onedot starter in the same call. Nsight Compute: 381.6 us, L2
+throughput 31% (the L2 traffic did fall), ALU the busiest pipe: the split, masks and 8-byte gathers now run
+per tap per tile (9x per element) on the MMA warps, ~100 us more than the 43 us pass they replace.
 PRE 1: the old path in this file (s2d pre-pass + the onedot kernel as in triton_3xfp16_s2d_onedot.py), for
 the same-call comparison.
 Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints; no spills anywhere): default (128 x (64 +

@@ -14,6 +14,8 @@ fourth product). Bytes per 128-pixel tile: x 216 KB + W 243 KB (before: A 336 + 
 Expected: the conv part ~190-215 us (was ~228 in the same kernel's conv), pool share as before, 5 us weight
 pass -> 0.26-0.29 ms judged (0.319 now; target 0.31). PRE 1: the old conv path (pre-pass + x_s2d loop),
 everything else the same: the in-file baseline.
+Measured on the H100 (2026-11-26, benchmarks/round7_gpu.sh): it LOST: as written 0.4426 ms swept, best BLOCK_M 64
+0.4249 (judged 0.4229) against lagpool's 0.3160 in the same call (why: conv2d/triton_3xfp16_direct_onedot.py).
 Registers (ptxas via Triton 3.6, sm_90, offline, AlexNet's ints; no spills anywhere): default (KX 16, 4
 warps, 4 stages, FUSE 1) 242, 72 KB of shared memory -> two programs per SM (the lagpool's 159 / 112 KB);
 3 stages 242 (52 KB); 8 warps 130 (two programs of 8 warps per SM); BLOCK_M 256 / 8 warps (3 stages) 242,

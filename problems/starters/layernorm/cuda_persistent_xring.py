@@ -47,8 +47,11 @@ plain kernels (chunk partials, per-row combine, elementwise normalize; x read tw
 ptxas (nvcc 13.0, -O3, sm_90a): 128 registers (512 threads, 1 block per SM, 25% occupancy); LEAD 3 and 4:
 4 bytes spill stores/loads (8-byte stack), LEAD 6: 8 bytes.  Shared memory: 229,376 B dynamic + 896 B static.
 Checked off the device: nvcc builds CUDA_SRC whole (kgen eval on a CPU compiles it: not_run); the stream /
-parity / clamp protocol was written to xtma's, not emulated.  Measured: not yet on a GPU
-(benchmarks/kernel_round_ln6.sh).
+parity / clamp protocol was written to xtma's, not emulated.
+Measured on the H100 (2026-11-26, benchmarks/round7_gpu.sh, RESULTS.md seventh session): correct (5.3e-8) but
+SLOWER than xtma: as written 0.3029 ms swept, best PFD 0 0.2761 (judged 0.2868) against xtma's 0.2305 in the same
+call; all 13 settings 0.276-0.383. The bias re-read from L2 each row and the per-chunk ring bookkeeping cost more
+than the barrier bubble they were meant to hide.
 """
 
 import hashlib
