@@ -345,3 +345,29 @@ def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_i
     assert timed and s.problems == 3 and s.fast_p["eager"] == {"0": 1.0, "1": 1.0, "1.5": 1.0, "2": 1.0}
     assert s.fast_p["torch.compile"]["2"] == 0.0 and s.geomean_speedup["eager"] == pytest.approx(4.0)
     assert [(c.label, c.verdict) for c in s.claims] == [("s0", "does not hold"), ("r0", "holds")]
+
+
+def test_a_quiet_collection_says_what_it_waits_for():
+    """While nothing finishes (CUDA builds, a long evaluation) the run prints, once a minute, what is in the
+    compile stage, queued, and on each evaluator for how long; the stages report exactly what they hold."""
+    from collections import deque
+
+    from kgen.search.collection import QUIET_LINE_S, CollectionProgress
+    from kgen.search.workers import Job, Stages
+
+    stages = object.__new__(Stages)  # its bookkeeping only: no Ray, nothing dispatched
+    stages._compiling = {"ref-a": None, "ref-b": None}
+    stages._ready = deque([(Job(3, "src", None), None)])
+    stages._timing = {"ref-c": (Job(7, "src", None), None, 0, time.monotonic() - 95.0)}
+    compiling, ready, on_gpu = stages.waiting()
+    assert (compiling, ready, [cid for cid, _ in on_gpu]) == (2, 1, [7]) and 94.0 < on_gpu[0][1] < 120.0
+
+    out = io.StringIO()
+    progress = CollectionProgress(out)
+    progress.start(total=4, done=0)
+    assert progress.quiet_for() < QUIET_LINE_S
+    progress.waiting(compiling, ready, [("gpt-4o L1 19_ReLU", on_gpu[0][1])])
+    line = out.getvalue().strip()
+    assert line.startswith("kgen: waiting: 2 in the compile stage") and "1 compiled and queued" in line
+    assert "gpt-4o L1 19_ReLU for 1 min 3" in line  # 95 s
+    assert progress.quiet_for() < 1.0  # the line itself resets the clock: one line a minute, not one a poll

@@ -229,6 +229,9 @@ def load_references(entries: list[Entry], size: str) -> dict[str, object]:
 
 # ---- progress ----
 
+QUIET_LINE_S = 60.0  # after this long without a line, one saying what is in flight
+
+
 class CollectionProgress:
     """One line per finished entry (on stderr): done/total, its outcome, the counts so far and an ETA
     from this session's pace."""
@@ -237,14 +240,25 @@ class CollectionProgress:
         self.stream = stream or sys.stderr
         self.counts: Counter = Counter()
         self.done = self.total = self._done_before = 0
-        self.started = time.monotonic()
+        self.started = self._last_line = time.monotonic()
 
     def note(self, text: str) -> None:
         print(f"kgen: {text}", file=self.stream, flush=True)
+        self._last_line = time.monotonic()
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done, self._done_before = total, done, done
         self.started = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds since the last line."""
+        return time.monotonic() - self._last_line
+
+    def waiting(self, compiling: int, ready: int, on_gpu: list[tuple[str, float]]) -> None:
+        """A line while nothing finishes (CUDA builds, a long evaluation): what the run is waiting for."""
+        gpus = "; ".join(f"{label} for {_duration(s)}" for label, s in on_gpu) or "none"
+        self.note(f"waiting: {compiling} in the compile stage (static checks, builds), {ready} compiled and queued "
+                  f"for an evaluator, on the evaluators: {gpus}")
 
     def finished(self, label: str, outcome: str, speedup: Optional[float]) -> None:
         self.done += 1
@@ -256,6 +270,7 @@ class CollectionProgress:
         counts = ", ".join(f"{o} {n}" for o, n in self.counts.most_common())
         print(f"[{self.done}/{self.total}] {label}: {outcome}{speed} | {counts} | ETA {_duration(eta)}",
               file=self.stream, flush=True)
+        self._last_line = time.monotonic()
 
 
 def _duration(seconds: float) -> str:
@@ -355,12 +370,16 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
               stages, device, progress: CollectionProgress) -> None:
     """Every entry of the run not evaluated yet through the compile and timing stages, each result
     stored as it arrives."""
+    from kgen.judge.static_checks import detect_language
     from kgen.search.workers import Job, problem_ref
     from kgen.store import baselines as kgen_baselines
 
     candidates = _candidates(db, run_id)
     done_ids = queries.evaluated_candidate_ids(db, run_id)
     todo = [e for e in entries if e.error is None and candidates[e.label][0] not in done_ids]
+    # Triton entries first: their compile stage takes seconds, a CUDA build a minute or more of a CPU, so sent
+    # first they reach the GPU while the builds run, instead of queueing behind them for the CPUs
+    todo.sort(key=lambda e: detect_language(candidates[e.label][1]) == "cuda")
     label_of = {candidates[e.label][0]: e.label for e in todo}
     reference_of = {candidates[e.label][0]: e.reference for e in todo}
     progress.start(total=sum(e.error is None for e in entries), done=len(candidates) - len(todo))
@@ -396,6 +415,9 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     while stages.in_flight or pending:
         if pending:
             _collect_baselines(db, pending, problems, by_problem, device.name, progress, early)
+        if progress.quiet_for() >= QUIET_LINE_S:  # a long run is never silent: say what it waits for
+            compiling, ready, on_gpu = stages.waiting()
+            progress.waiting(compiling, ready, [(label_of.get(cid, f"candidate {cid}"), s) for cid, s in on_gpu])
         for event in stages.poll():
             if event.kind == "done":
                 reference = reference_of[event.candidate_id]

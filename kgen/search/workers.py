@@ -369,6 +369,13 @@ class Stages:
     def in_flight(self) -> int:
         return len(self._compiling) + len(self._ready) + len(self._timing)
 
+    def waiting(self) -> tuple[int, int, list[tuple[int, float]]]:
+        """What is in flight: candidates in the compile stage, compiled ones waiting for an evaluator, and
+        (candidate id, seconds so far) of each on an evaluator now."""
+        now = time.monotonic()
+        return (len(self._compiling), len(self._ready),
+                [(job.candidate_id, now - started) for job, _, _, started in self._timing.values()])
+
     def submit(self, jobs: list[Job], settings: EvalSettings) -> list[StageEvent]:
         """Send jobs to the compile stage (CPU tasks, all at once: Ray queues what the CPUs cannot take)."""
         for job in jobs:
