@@ -11,9 +11,9 @@ ms judged (-8 us).
 
 How, one knob each (defaults: the crm sweep's best, ONEPREP 1, PDL 1, PDL_TRIGGER 1):
   ONEPREP 1: the weight layout becomes the first OC_pad = 96 programs of the split's own launch (`_prep_kernel`,
-    a branch on program_id): they run in the split's first wave beside 2,900 split programs (~3% of the
-    launch), so the 5.1 us kernel and one launch gap go: expected -5 to -6 us. 0: two launches of the same code
-    (split, then weight), onedot's order.
+    a branch on program_id): they run in the split's first wave (96 of its 132 x 16 = 2,112 resident slots; the
+    launch holds 11,400 split programs at AlexNet's size, BLOCK_J 32), so the 5.1 us kernel and one launch gap
+    go: expected -5 to -6 us. 0: two launches of the same code (split, then weight), onedot's order.
   PDL 1: the conv is launched with programmatic dependent launch (Triton 3.4+: `launch_pdl=True`, i.e.
     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) and its first instruction is `griddepcontrol.wait`
     (tl.extra.cuda.gdc_wait, before any load): it waits for the prep grid's completion and memory flush, so
@@ -25,9 +25,19 @@ How, one knob each (defaults: the crm sweep's best, ONEPREP 1, PDL 1, PDL_TRIGGE
     Off the GPU (interpreter, CPU tensors) PDL is ignored: no launch_pdl, no griddepcontrol.
   S2D_BLOCK_J / S2D_WARPS: the split's tile (pixels per program) and warps, for the 2.6 -> 3.0 TB/s gap.
 Expected: 0.281 - 6 (ONEPREP) - 1..3 (PDL) = ~0.272-0.274 ms judged (the split's own 40 us floor is 3 us away).
-Registers (ptxas via Triton 3.6.0, sm_90, offline; ints specialized as the JIT does at AlexNet's size): see
-REGS below the knobs.
-Interpreter: direct checks against float64 conv, x1 and x100 inputs: see CHECKS below the knobs.
+Registers (ptxas via Triton 3.6.0's wheel, sm_90, offline: cuobjdump --dump-resource-usage; ints specialized as
+the JIT does at AlexNet's size): `_prep_kernel` ONEPREP 1, BLOCK_J 32, 4 warps, TRIGGER 1: 34 registers, no
+stack, 16 B shared (TRIGGER 2: 38); the split-only launch (ONEPREP 0): 34, the weight-only launch: 29; BLOCK_J
+64: 48 (8 warps: 32); BLOCK_J 16, 2 warps: 34; BLOCK_J 32, 8 warps: 28 (8 warps add a 2-byte store path);
+loads 4-byte `ld.global.b32`, stores `st.global.v4.b32` (16 B). `_conv_kernel` USE_GDC 1 (PDL): 170 registers,
+no spills, 114,688 B shared at NUM_STAGES 4 (two programs per SM; 3 stages: 160, 86,016 B), as USE_GDC 0
+(onedot's); SASS: ACQBULK (griddepcontrol.wait) is instruction 12, before any global load. Conv grid at
+AlexNet's size: 24 x 100 = 2,400 programs, 264 resident: ~9 waves.
+Interpreter: direct checks against float64 conv (normwise, x1 / x100 inputs): 2x3x96x83 (96 channels, k 11, s 4,
+p 2) defaults: 1.67e-7 / 1.67e-7; the same ONEPREP 0: 1.68e-7 / 1.67e-7; 2x3x71x67 S2D_BLOCK_J 16 S2D_WARPS 2
+PDL_TRIGGER 2: 1.66e-7 / 1.66e-7; 1x5x23x19 (k 5, s 2, p 1, 40 channels): 1.36e-7 / 1.34e-7; 2x5x23x19 SPLIT 0
+BLOCK_N 32 ONEPREP 0 S2D_BLOCK_J 64 S2D_WARPS 8: 1.36e-7 / 1.36e-7. check_starters (small): 1.62e-7; `kgen
+eval` on the CPU: correct, normwise 1.84e-7 (torch fp32 3.4e-7).
 Range and split as triton_3xfp16_s2d.py: |x| < 8188 with X_SHIFT = 3; per-channel weight scaling 2^e.
 """
 import torch
