@@ -235,6 +235,16 @@ class Search:
             return torch.cuda.get_device_name(0)
         return None
 
+    @staticmethod
+    def _local_device(name: str):
+        """This machine's GPU as an evaluator of a local cluster reports it (kgen.search.workers._Evaluator.device)."""
+        import torch
+
+        from kgen.search.workers import Device
+
+        major, minor = torch.cuda.get_device_capability(0)
+        return Device(name=name, cuda_arch=f"{major}.{minor}")
+
     def _since_start(self, name: str) -> None:
         self.startup.setdefault(name, round(time.monotonic() - self.started, 3))
 
@@ -284,11 +294,12 @@ class Search:
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         local_gpu = self._local_gpu(cluster)
-        if local_gpu:  # the baselines need no evaluator: they start while the evaluators do
-            settings, baselines = self._settings(local_gpu)
-        device = stages.device()
-        self._since_start("evaluators_s")
-        if not local_gpu:
+        if local_gpu:  # the baselines need no evaluator: they start while the evaluators do; and the first
+            settings, baselines = self._settings(local_gpu)  # round is proposed and compiled meanwhile too:
+            device = self._local_device(local_gpu)  # the evaluators' GPU is this machine's, no need to ask them
+        else:
+            device = stages.device()
+            self._since_start("evaluators_s")
             settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
@@ -305,6 +316,8 @@ class Search:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
             stages.close()
+            if stages.first_answer is not None:  # with a local GPU nothing waited for it: when it came
+                self.startup.setdefault("evaluators_s", round(stages.first_answer - self.started, 3))
             self._store_startup()
         queries.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")

@@ -247,6 +247,7 @@ class Stages:
         self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
+        self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered its ping
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
@@ -271,6 +272,8 @@ class Stages:
 
         device = ray.get(self.actors[0].device.remote())
         self._actor_nodes[0] = device.node_id
+        if self.first_answer is None:
+            self.first_answer = time.monotonic()
         return device
 
     def _ping(self, index: int) -> None:
@@ -294,6 +297,8 @@ class Stages:
             self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
+        if self.first_answer is None:
+            self.first_answer = time.monotonic()
         self._free.append(index)
 
     @staticmethod
