@@ -31,6 +31,14 @@ Every row prints ms, GB/s of the bytes it must move, and % of the issue's floor 
 So c1 - c3 is what the per-sample barrier waits cost, c3 - c5 what the statistics pass costs with no barrier,
 c5 - a2 what xtma's streaming pattern (one CTA per SM, one row buffer, TMA chunks) loses to a plain
 many-CTA stream of the same bytes, and a2 / a1 what the layernorm byte mix can reach at all.
+Expected (not measured yet; H100 SXM, 3.0 TB/s for a 1 GiB copy): a1 ~0.18 ms (537 MB), a2 and b1 0.19-0.20
+(570 MB, if a many-CTA Triton stream keeps the copy's rate with w/b loaded once per program), a3 and a4 ~0.09,
+c1 0.225-0.230 (xtma's 0.2305 in the seventh session's sweep).  Reading it: c5 near a2 means the pattern can
+stream and the 40 us are the per-row barrier + statistics (then c3 vs c4 says which); c5 near c1 means one
+CTA per SM with one row buffer cannot keep HBM busy even with no barrier (then the fix is more bytes in flight
+per SM, not a better barrier); c6 near a3 says the read side alone is fine and the writes are what stall.
+The patched kernel compiles (nvcc 13.0, -O3, sm_90a) to 128 registers, 0 spills, like xtma (a predicated-off
+y store instead of c6's redirect spilled 8 bytes, hence the redirect).
 x is random once per run (no kernel here branches on values; do_bench flushes L2 before every run).
 Trusted diagnostic code, not a starter: it imports kgen for the problem's sizes and weights.
 """
