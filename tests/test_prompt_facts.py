@@ -81,6 +81,36 @@ def test_weights_are_copied_as_the_prompt_says(gemm, system_prompt):
     assert "a tensor you derive from them in `__init__`" in system_prompt
 
 
+def test_the_prompt_says_what_the_judge_randomizes_parameters_yes_buffers_no(system_prompt, tmp_path):
+    """A model that read "parameters and buffers, randomized" wrote a kernel that read a causal mask buffer as if it
+    could be anything: the judge perturbs constant parameters (LayerNorm's ones and zeros) and leaves buffers as the
+    reference builds them, and the prompt says exactly that."""
+    from kgen.problems.problem import load_problem
+
+    path = tmp_path / "masked.py"
+    path.write_text(textwrap.dedent("""
+        import torch, torch.nn as nn
+        class Model(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.norm = nn.LayerNorm(n)
+                self.register_buffer("mask", torch.tril(torch.ones(n, n)))
+            def forward(self, x):
+                return self.norm(x).masked_fill(self.mask == 0, 0.0)
+        n = 8
+        def get_inputs():
+            return [torch.randn(n, n)]
+        def get_init_inputs():
+            return [n]
+    """))
+    model = load_problem(str(path), "full").make_model(5)
+    assert torch.equal(model.mask, torch.tril(torch.ones(8, 8)))  # the buffer as built
+    assert not torch.equal(model.norm.weight, torch.ones(8)) and not torch.equal(model.norm.bias, torch.zeros(8))
+    assert "LayerNorm's ones and zeros, perturbed, so no parameter is all ones or zeros" in system_prompt
+    assert "buffers exactly as the reference's `__init__` builds them, so a causal mask stays a causal mask" in \
+        system_prompt
+
+
 def test_an_unused_linear_in_init_trips_no_static_check(system_prompt):
     source = textwrap.dedent('''
         import torch, torch.nn as nn, triton, triton.language as tl
