@@ -30,6 +30,11 @@ How, one knob each (defaults: what should be fastest; FUSE 0 / LAG etc. as in la
     lagpool's two stores 16-byte STG.E.128 (VEC 0: 34 registers, VEC 1: 42); kept only as a sweep row.
   S2D_BLOCK_J / S2D_WARPS: the split's tile (pixels per program) and warps, for the 2.6 -> 3.0 TB/s gap.
 Expected: 0.3178 - 6 (ONEPREP) - 1..3 (PDL) = 0.309-0.311 ms judged; the split's own 40 us floor is 3 us away.
+Measured on the H100 (2026-11-26, benchmarks/crm7_gpu.sh and winners_gpu.sh; RESULTS.md seventh session): swept
+0.3065 ms as written vs lagpool's 0.3188 in the same call (PDL 0: 0.3093; ONEPREP 0: 0.3183; both 0: 0.3155;
+PDL_TRIGGER 2, S2D_VEC 1, S2D_WARPS 8, S2D_BLOCK_J 64: 0.3076-0.3085; NUM_STAGES 3: 0.3132). Judged: 0.3099
+(cold machine, --no-baselines), then 0.3111 and 0.3096 through the whole kgen eval with a fresh DB (3.43-3.45x
+eager, 2.41-2.42x torch.compile); normwise 1.5e-6. The 0.31 target sits inside that spread.
 Registers (ptxas via Triton 3.6.0's wheel, sm_90, offline: cuobjdump --dump-resource-usage; ints specialized as
 the JIT does at AlexNet's size): `_prep_kernel` ONEPREP 1, BLOCK_J 32, 4 warps: 34 registers (VEC 1: 42),
 no stack, 16 B shared; the split-only launch (ONEPREP 0): 34, the weight-only launch: 29; BLOCK_J 64 VEC 1:
