@@ -17,7 +17,7 @@ queues per SM, and the barrier has 264 arrivals (one more 32-slot group to poll:
 32w + l and 32w + l + 256).  If ln_ceiling.py's c5 (xtma's stream with no barrier) is near c1, the one-block
 pattern itself is the limit and this is the fix; if c5 is near a2, the barrier is, and this helps only by
 overlapping the two blocks' waits.  Cost: the barrier's slot count doubles (264 x 16 B per row: nothing), and
-each block's poll covers 9 groups with 8 warps (one lane in 33 polls two slots).
+each block's poll covers 9 groups with 8 warps (lanes 0..7 of warp 0 poll a second slot).
 Per block (BLOCKS_PER_SM = 2, N4 = 1,048,576 float4 per row): S4 = ceil(N4 / 264) = 3972 float4 (62.1 KB
 of x); 256 threads x MV 16 = 4096 >= S4, so each thread still holds 16 float4 of weight (64 registers) and the
 bias of items 12..15 (16 registers) as in xtma; bias head 12 x 256 = 3072 float4 (48 KB) in shared memory.
