@@ -326,15 +326,16 @@ def store_candidates(db: Database, run_id: int, entries: list[Entry]) -> None:
                                  run_id=run_id, round_index=0, problem=entry.problem, problem_hash=entry.problem_hash)
 
 
-def _candidates(db: Database, run_id: int) -> dict[str, tuple[int, str]]:
-    """label -> (candidate id, source) of a collection run's candidates."""
+def _candidates(db: Database, run_id: int) -> dict[str, tuple[int, str, str]]:
+    """label -> (candidate id, source, language) of a collection run's candidates."""
     from sqlalchemy import select
 
     from kgen.store.db import Candidate
 
     with db.reader() as s:
-        return {origin: (cid, source) for cid, origin, source in s.execute(
-            select(Candidate.id, Candidate.origin, Candidate.source).where(Candidate.run_id == run_id))}
+        return {origin: (cid, source, language) for cid, origin, source, language in s.execute(
+            select(Candidate.id, Candidate.origin, Candidate.source, Candidate.language)
+            .where(Candidate.run_id == run_id))}
 
 
 def load_collection_run(db: Database, run_id: int) -> tuple[CollectionConfig, list[Entry]]:
@@ -370,7 +371,6 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
               stages, device, progress: CollectionProgress) -> None:
     """Every entry of the run not evaluated yet through the compile and timing stages, each result
     stored as it arrives."""
-    from kgen.judge.static_checks import detect_language
     from kgen.search.workers import Job, problem_ref
     from kgen.store import baselines as kgen_baselines
 
@@ -379,7 +379,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
     todo = [e for e in entries if e.error is None and candidates[e.label][0] not in done_ids]
     # Triton entries first: their compile stage takes seconds, a CUDA build a minute or more of a CPU, so sent
     # first they reach the GPU while the builds run, instead of queueing behind them for the CPUs
-    todo.sort(key=lambda e: detect_language(candidates[e.label][1]) == "cuda")
+    todo.sort(key=lambda e: candidates[e.label][2] == "cuda")  # the language stored with the candidate
     label_of = {candidates[e.label][0]: e.label for e in todo}
     reference_of = {candidates[e.label][0]: e.reference for e in todo}
     progress.start(total=sum(e.error is None for e in entries), done=len(candidates) - len(todo))

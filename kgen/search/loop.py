@@ -226,24 +226,16 @@ class Search:
         self.judge_s: dict[str, float] = {}
 
     @staticmethod
-    def _local_gpu(cluster) -> Optional[str]:
-        """The GPU's name where the evaluators are known to use this machine's GPUs (a local cluster on a
-        machine with one), else None (a joined cluster's evaluators say which device they have)."""
+    def _local_gpu(cluster):
+        """This machine's GPU (kgen.search.workers.Device) where the evaluators are known to use it (a local
+        cluster on a machine with one), else None (a joined cluster's evaluators say which device they have)."""
         import torch
+
+        from kgen.search.workers import gpu_device
 
         if getattr(cluster, "address", "joined") is None and torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
+            return gpu_device()
         return None
-
-    @staticmethod
-    def _local_device(name: str):
-        """This machine's GPU as an evaluator of a local cluster reports it (kgen.search.workers._Evaluator.device)."""
-        import torch
-
-        from kgen.search.workers import Device
-
-        major, minor = torch.cuda.get_device_capability(0)
-        return Device(name=name, cuda_arch=f"{major}.{minor}")
 
     def _since_start(self, name: str) -> None:
         self.startup.setdefault(name, round(time.monotonic() - self.started, 3))
@@ -293,10 +285,9 @@ class Search:
             device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
-        local_gpu = self._local_gpu(cluster)
-        if local_gpu:  # the baselines need no evaluator: they start while the evaluators do; and the first
-            settings, baselines = self._settings(local_gpu)  # round is proposed and compiled meanwhile too:
-            device = self._local_device(local_gpu)  # the evaluators' GPU is this machine's, no need to ask them
+        device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
+        if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
+            settings, baselines = self._settings(device.name)  # first round is proposed and compiled meanwhile
         else:
             device = stages.device()
             self._since_start("evaluators_s")

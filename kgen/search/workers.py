@@ -94,6 +94,14 @@ class Device:
     node_id: Optional[str] = None
 
 
+def gpu_device(node_id: Optional[str] = None) -> Device:
+    """This process's first GPU as evaluations name it and CUDA builds target it."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
+
+
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
@@ -174,8 +182,7 @@ class _Evaluator:
         node_id = ray.get_runtime_context().get_node_id()
         if not torch.cuda.is_available():
             return Device(name="cpu", cuda_arch=None, node_id=node_id)
-        major, minor = torch.cuda.get_device_capability(0)
-        return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
+        return gpu_device(node_id)
 
 
 @dataclass(frozen=True)
@@ -247,7 +254,7 @@ class Stages:
         self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
-        self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered its ping
+        self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
@@ -272,8 +279,6 @@ class Stages:
 
         device = ray.get(self.actors[0].device.remote())
         self._actor_nodes[0] = device.node_id
-        if self.first_answer is None:
-            self.first_answer = time.monotonic()
         return device
 
     def _ping(self, index: int) -> None:
