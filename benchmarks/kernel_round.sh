@@ -8,6 +8,9 @@
 #                                         KNOB has VALUE when given) written out as $R/OUT_NAME.py; prints it
 #   judge PROBLEM NAME [SECONDS]          `kgen eval PROBLEM $R/NAME.py --json --no-baselines` (sandboxed, cold
 #                                         cache); -> $R/judge-NAME.json and .err
+#   prebuild STARTER [SECONDS]            a CUDA starter's load_inline build in a process of its own (run it in the
+#                                         background beside the Triton sweeps): the sweeps' processes then find it
+#                                         in torch's extension cache; -> $R/build-NAME.log and a line "build NAME: ..."
 #   finish                                the summary (every sweep's rows with % of floor and x vs the first row
 #                                         of each problem's first sweep, then each judged file), tarred with all
 #                                         results into $OUT/NAME-results.tar.gz, summary in $OUT/NAME-summary.txt
@@ -72,6 +75,21 @@ judge() {
   timeout "$t" python3 -m kgen eval "$problem" "$f" --json --no-baselines --timeout $(( t - 10 )) \
     > "$R/judge-$name.json" 2> "$R/judge-$name.err" || echo "   (judge $name: exit $?)"
   tail -2 "$R/judge-$name.err"
+}
+
+prebuild() {
+  local name; name=$(basename "$1" .py)
+  timeout "${2:-170}" python3 - "$1" > "$R/build-$name.log" 2>&1 <<'PY'
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("kgen_prebuild", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+t = time.time()
+if mod.torch.cuda.is_available():  # off the device (a dry run) there is nothing to build for
+    mod._build()
+print(f"built in {time.time() - t:.1f}s")
+PY
+  echo "build $name: exit $? $(tail -1 "$R/build-$name.log")"
 }
 
 finish() {

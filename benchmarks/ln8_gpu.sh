@@ -17,7 +17,8 @@
 # The table says whether the barrier or the streaming pattern holds the 40 us; xtma2 is the fix for the second.
 # The table keeps its old ~130 s; the xtma2 steps get the 90 s added to the total.
 #   bash benchmarks/ln8_gpu.sh [TOTAL_S=240]   -> $OUT/ln8-results.tar.gz (ceiling/table.txt, ceiling.json,
-#                                                   builds' logs, xtma2.json/.log, judge-*.json, steps.log),
+#                                                   builds' logs (and build-cuda_persistent_xtma2.log),
+#                                                   xtma2.json/.log, judge-*.json, steps.log),
 #                                                   $OUT/ln8-summary.txt
 # Dry run off the device (no GPU: the table's exact-formula rows at the small size, the CUDA rows skipped):
 #   KGEN_NO_BUNDLE=1 OUT=/tmp/ln8-dry PATH=$PWD/.venv/bin:$PATH bash benchmarks/ln8_gpu.sh 240
@@ -28,16 +29,7 @@ mkdir -p "$R/ceiling"
 {
 timeout 120 python3 benchmarks/ln_ceiling.py --build > "$R/ceiling/build.log" 2>&1 &
 bpid=$!
-timeout 150 python3 - "$LN/cuda_persistent_xtma2.py" > "$R/xtma2-build.log" 2>&1 <<'PY' &
-import importlib.util, sys, time
-t = time.time()
-spec = importlib.util.spec_from_file_location("xtma2_prebuild", sys.argv[1])
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-if m.torch.cuda.is_available():
-    m._build()   # torch's extension cache: the sweep below finds it built (same source, same name)
-print(f"built xtma2 in {time.time() - t:.1f}s", flush=True)
-PY
+prebuild "$LN/cuda_persistent_xtma2.py" 150 &
 x2pid=$!
 t=$(( $(left) - 110 ))
 echo "== $(date +%T) ceiling table (timeout ${t}s; builds in the background)"
@@ -45,7 +37,7 @@ timeout "$t" python3 benchmarks/ln_ceiling.py --json "$R/ceiling/ceiling.json" 2
   | tee "$R/ceiling/table.txt" || echo "   (ceiling: exit $?)"
 grep -v -E "^\s+(File|raise|\^|~)|^Traceback|^\s*$" "$R/ceiling/table.err" | tail -8
 wait $bpid; echo "builds: exit $? $(grep -h '^built' "$R/ceiling/build.log" | tr '\n' ' ')"
-wait $x2pid; echo "xtma2 build: exit $? $(grep -h '^built' "$R/xtma2-build.log")"
+wait $x2pid
 if [ "$(left)" -ge 60 ]; then
   sweep xtma2 30 layernorm "$LN/cuda_persistent_xtma2.py" --grid BLOCKS_PER_SM=2,1
   best xtma2best "$LN/cuda_persistent_xtma2.py" "$R/xtma2.json" >/dev/null \

@@ -15,22 +15,9 @@ CRM=problems/starters/conv_relu_maxpool
 CV=problems/starters/conv2d
 LN=problems/starters/layernorm
 
-build_ln() {  # load_inline once in a process of its own (the sweeps' processes find the build)
-  timeout 170 python3 - "$LN/$1.py" > "$R/build-$1.log" 2>&1 <<'PY'
-import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("starter", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-t = time.time()
-mod._build()
-print(f"built in {time.time() - t:.1f}s")
-PY
-  echo "build $1: exit $? $(tail -1 "$R/build-$1.log")" >> "$R/steps.log"
-}
-
 {
-build_ln cuda_persistent_xtma & b1=$!
-build_ln cuda_persistent_xring & b2=$!
+prebuild $LN/cuda_persistent_xtma.py & b1=$!
+prebuild $LN/cuda_persistent_xring.py & b2=$!
 sweep crm-base 12 conv_relu_maxpool $CRM/triton_3xfp16_s2d_onedot_lagpool.py
 sweep crm-direct 55 conv_relu_maxpool $CRM/triton_3xfp16_direct_lagpool.py --combo PRE=0 --combo PRE=1 \
   --combo NUM_STAGES=3 --combo NUM_WARPS=8 --combo BLOCK_M=256,NUM_WARPS=8,NUM_STAGES=3 --combo KX=32,NUM_STAGES=3 \
@@ -40,7 +27,6 @@ sweep conv-direct 45 conv2d $CV/triton_3xfp16_direct_onedot.py --combo PRE=0 --c
   --combo NUM_WARPS=8 --combo BLOCK_M=256,NUM_WARPS=8,NUM_STAGES=3 --combo KX=32,NUM_STAGES=3 --combo NUM_STAGES=5 \
   --combo BLOCK_M=256,NUM_WARPS=8 --combo LOLO=1
 wait $b1 $b2
-cat "$R/steps.log" | grep "^build"
 sweep ln-xtma 20 layernorm $LN/cuda_persistent_xtma.py
 sweep ln-xring 80 layernorm $LN/cuda_persistent_xring.py --extra "LEAD=6 SAHEAD=3" --extra "SAHEAD=1" \
   --extra "SAHEAD=3" --extra "PFD=0" --extra "PFD=16" --extra "LEAD=3 SAHEAD=1" --extra "LAG=0 SAHEAD=3" \
