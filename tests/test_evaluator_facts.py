@@ -167,7 +167,8 @@ def test_a_search_states_its_evaluators_machine_and_a_resumed_run_its_new_one(tm
             config = SearchConfig(problem="softmax", rounds=2, candidates=1, proposer="openai", language="triton",
                                   size="small", base_url=server.base_url, model="test-model",
                                   api_key_env="KGEN_TEST_KEY", overlap=False, ncu_budget_s=0)
-            run_id = run_search(db, config, cluster=cluster, progress=SearchProgress(Console(file=io.StringIO()))).run_id
+            quiet = SearchProgress(Console(file=io.StringIO()))
+            run_id = run_search(db, config, cluster=cluster, progress=quiet).run_id
             prompts = _prompts(db_path, run_id)
             assert sorted(prompts) == [1, 2]
             for chat in prompts.values():
