@@ -15,7 +15,9 @@ until they are done.
 
 A run's configuration lives in its row (`runs.settings`), so `--resume RUN_ID` goes on with the
 same problem, size, seed and proposer, evaluating first the candidates the killed round had stored
-but not evaluated, and never evaluating a stored result twice.
+but not evaluated, and never evaluating a stored result twice. The row also keeps the facts of the
+machine that evaluates the run (kgen.judge.evaluator_facts, taken again at each start): its prompts
+state those, wherever they are rendered.
 """
 
 from __future__ import annotations
