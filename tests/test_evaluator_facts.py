@@ -90,6 +90,24 @@ def test_a_runs_history_takes_the_evaluator_stored_with_it(tmp_path):
     db.close()
 
 
+def test_the_prompt_states_the_runs_own_time_limit(tmp_path):
+    """A search run with `--timeout 90` (the real-model harness's runs) tells the model 90 s, not the judge's
+    default: the H100 prompts said 300 s while their candidates had 90."""
+    db = open_db(str(tmp_path / "results.db"))
+    problem = load_problem("softmax", "small")
+    runs = {limit: create_run(db, problem=problem.name, problem_path=str(problem.path),
+                              problem_hash=problem.source_hash, size="small", proposer="openai", model="m",
+                              language="triton", seed=0, rounds=1, candidates_per_round=1,
+                              settings={} if limit is None else {"timeout_s": limit}, device=H100.device)
+            for limit in (None, 90.0)}
+    texts = {limit: PromptRenderer().render(
+        "system.j2", prompt_context(problem, build_history(db, problem, run_id=run_id, evaluator=H100), "any"))
+        for limit, run_id in runs.items()}
+    assert "- Time limit: 90 s for the whole evaluation" in texts[90.0]
+    assert "- Time limit: 300 s for the whole evaluation" in texts[None]  # a run without one: the judge's default
+    db.close()
+
+
 # ---- a real search on a local Ray cluster whose evaluators are other machines than its driver ----
 
 class _H100StandIn:

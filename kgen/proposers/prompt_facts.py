@@ -12,7 +12,7 @@ sentences against that code (copy_weights on the three cases, the interpreter fa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from kgen.core.records import EvalSettings
 from kgen.harness.trace import NON_COMPUTE_OPS
@@ -73,18 +73,19 @@ def free_torch_ops() -> list[str]:
     return sorted(op for op in NON_COMPUTE_OPS if op.islower() and not op.startswith(("_", "sym_")))
 
 
-def judge_facts() -> dict[str, Any]:
-    """The numbers of the judge's rules that the prompt quotes."""
+def judge_facts(timeout_s: Optional[float] = None) -> dict[str, Any]:
+    """The numbers of the judge's rules that the prompt quotes; `timeout_s`: the run's time limit
+    (a search's `--timeout`), else the judge's default."""
     from kgen.judge.audit import TORCH_WORK_LIMIT
 
     settings = EvalSettings()
     return {"trials": max(int(settings.trials), 5), "last_trial_scale": 100, "torch_work_limit_pct":
-            round(100 * TORCH_WORK_LIMIT), "timeout_s": settings.timeout_s}
+            round(100 * TORCH_WORK_LIMIT), "timeout_s": timeout_s or settings.timeout_s}
 
 
-def prompt_facts(evaluator: EvaluatorFacts) -> dict[str, Any]:
+def prompt_facts(evaluator: EvaluatorFacts, timeout_s: Optional[float] = None) -> dict[str, Any]:
     """Everything system.j2 states about the judge and the machine that evaluates the candidates (see
     kgen/proposers/prompts.py): `evaluator`'s versions and GPU, never this process's."""
     return {"versions": dict(evaluator.versions), "device_properties": evaluator.device_properties,
-            "forbidden_calls": forbidden_calls(), "free_torch_ops": free_torch_ops(), "judge": judge_facts(),
+            "forbidden_calls": forbidden_calls(), "free_torch_ops": free_torch_ops(), "judge": judge_facts(timeout_s),
             "interpreter": [f.text for f in INTERPRETER_FACTS], "triton": list(TRITON_FACTS)}

@@ -144,7 +144,7 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "correct_count": history.correct_count,
         "tried_count": len(history.tried_hashes),
         "state_dict": reference_state(problem),
-        "facts": prompt_facts(machine),
+        "facts": prompt_facts(machine, history.timeout_s),
     }
 
 

@@ -23,6 +23,7 @@ from kgen.store.queries import (
     out_of_resource_sources,
     recent_failures,
     run_evaluator,
+    run_time_limit,
     tried_hashes,
 )
 
@@ -51,6 +52,7 @@ class History:
     # the machine that evaluates the candidates, as stored with the run; None: none named (a test's history,
     # a template check), and the prompt states a CPU run here (kgen.proposers.prompts.evaluating_machine)
     evaluator: Optional[EvaluatorFacts] = None
+    timeout_s: Optional[float] = None  # the run's per-candidate time limit (`--timeout`); None: the judge's default
     profiles: dict[int, str] = field(default_factory=dict)  # candidate id -> kernel_profile.summary
     profiles_note: str = ""  # what the profiles are, or why there are none, said once
 
@@ -186,4 +188,5 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None,
                    baseline_eager_ms=base.eager_ms if base else None,
                    baseline_compile_ms=base.compile_ms if base else None,
                    floor_ms=roofline.floor_ms(ceilings), roofline=roofline, evaluator=evaluator,
+                   timeout_s=run_time_limit(db, run_id) if run_id is not None else None,
                    profiles=profiles, profiles_note=profiles_note(ceilings is not None))

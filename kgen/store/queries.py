@@ -78,6 +78,14 @@ def run_evaluator(db: Database, run_id: int) -> Optional[EvaluatorFacts]:
     return EvaluatorFacts.from_json(data) if data is not None else None
 
 
+def run_time_limit(db: Database, run_id: int) -> Optional[float]:
+    """The judge's per-candidate time limit run `run_id` evaluates with (`--timeout`), or None."""
+    with db.reader() as s:
+        run = s.get(Run, run_id)
+        value = (run.settings or {}).get("timeout_s") if run is not None else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def set_run_process(db: Database, run_id: int) -> None:
     """Record which process runs the search (host and pid, in its settings), so readers can tell a
     run whose process was SIGKILLed (its status stays `running`) from one still going."""
