@@ -21,6 +21,7 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -28,7 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from kgen.core.errors import KgenError
 from kgen.core.records import EvalResult, EvalSettings, Outcome
@@ -138,23 +139,37 @@ class _Evaluator:
 
         return time_baselines(_load(*problem), max_autotune)
 
-    def prestart(self, sandbox: str, language: str) -> None:
-        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
-        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
-        them make their CUDA contexts: they start while the search compiles its baselines, not when the
-        first candidate arrives."""
+    # What prestart starts at once on a GPU, per kind: what the first two evaluations take (the compile step
+    # first: the first candidate needs it first). The spares' take() fills up to SpareRunners.DEPTH as the
+    # candidates take them: all of DEPTH at once would slow these by as many more sandboxes importing torch.
+    PRESTART: ClassVar[dict[str, int]] = {"compile": 2, "run": 4}
+
+    def prestart(self, sandbox: str, language: str) -> Optional[float]:
+        """Start the sandboxes the first candidates will take now (runners, and compile steps where
+        evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let them make their CUDA
+        contexts, then do the judge's own one-time work (Judge.warm_up): all of it while the search times
+        its baselines, not when the first candidate arrives. Returns the warm-up's seconds (None: none)."""
         from kgen.judge.evaluate import sandbox_mode
         from kgen.judge.spares import SpareRunners
 
-        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
+        settings = EvalSettings(sandbox=sandbox, size=self.problem[1])
+        mode = sandbox_mode(settings)
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         device = self._judge_device()
-        depth = SpareRunners.DEPTH if device != "cpu" else {}
-        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
-        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
-        if device != "cpu":
-            self.spares.warm()
+        counts = self.PRESTART if device != "cpu" else {"run": 2}
+        kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: counts.get(kind, 2) for kind in kinds})
+        if device == "cpu" or self.problem[0] is None:  # a collection's problems come with their candidates
+            return None
+        self.spares.warm()
+        from kgen.judge.judge import Judge
+
+        settings.device = device
+        try:
+            return Judge(_load(*self.problem), "", language, settings, mode).warm_up()
+        except Exception:  # noqa: BLE001 - not a verdict: the first candidate meets the same fault and reports it
+            return None
 
     @staticmethod
     def _judge_device() -> str:
@@ -255,6 +270,7 @@ class Stages:
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
+        self._prestarts: list = []  # each evaluator's prestart ref (its warm-up's seconds)
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
@@ -263,8 +279,23 @@ class Stages:
         without them (a test's stand-in) starts them with its first candidate as before."""
         if not hasattr(self.evaluator_class, "prestart"):
             return
-        for actor in self.actors:
-            actor.prestart.remote(sandbox, language)
+        self._prestarts = [actor.prestart.remote(sandbox, language) for actor in self.actors]
+
+    def warm_up_s(self) -> list[float]:
+        """The seconds of each evaluator's warm-up (Judge.warm_up) that has finished: kept with the run's startup
+        figures, to see what the first candidate no longer pays."""
+        import ray
+
+        if not self._prestarts:
+            return []
+        done, _ = ray.wait(self._prestarts, num_returns=len(self._prestarts), timeout=0)
+        seconds = []
+        for ref in done:
+            with contextlib.suppress(Exception):  # an evaluator that died meanwhile: no figure
+                value = ray.get(ref)
+                if isinstance(value, (int, float)):
+                    seconds.append(value)
+        return seconds
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
