@@ -241,3 +241,29 @@ def test_the_judges_warm_up_waits_for_a_timed_measurement_and_leaves_nothing_ope
     assert judge.arena is None and judge.slots == [] and not hasattr(judge, "reference64")
     with gpu_lock.exclusive(uuid, wait_s=1) as held:  # let go of once it is done
         assert held["had"]
+
+
+def test_the_sandbox_probe_started_early_is_run_once_and_its_answer_waited_for(monkeypatch):
+    """An evaluator starts the probe of whether bubblewrap can run as nobody (a sandboxed `import torch`) as its
+    process starts; the first sandbox started meanwhile waits for that probe's answer instead of probing again."""
+    from kgen.judge import sandbox
+
+    probes = []
+
+    def slow_probe(argv, **kwargs):
+        probes.append(argv)
+        time.sleep(0.5)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # kgen as root, where the probe applies
+    monkeypatch.setattr(sandbox.subprocess, "run", slow_probe)
+    sandbox._probe_as_nobody.cache_clear()
+    try:
+        started = time.monotonic()
+        sandbox.probe_early(True)
+        time.sleep(0.1)
+        assert sandbox._run_as_nobody(True) is True
+        assert 0.4 <= time.monotonic() - started < 2 and len(probes) == 1  # waited for the early one
+        assert sandbox._run_as_nobody(True) is True and len(probes) == 1
+    finally:
+        sandbox._probe_as_nobody.cache_clear()  # later tests probe this machine for real

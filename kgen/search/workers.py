@@ -103,10 +103,23 @@ def gpu_device(node_id: Optional[str] = None) -> Device:
     return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
 
 
+def _has_ray_gpu() -> bool:
+    """Whether Ray gave this worker a GPU (asked without importing torch)."""
+    try:
+        import ray
+
+        return bool(ray.get_gpu_ids())
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test's evaluator): no GPU of Ray's
+        return False
+
+
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
+        from kgen.judge.sandbox import probe_early
+
+        probe_early(_has_ray_gpu())  # while this process imports torch and loads the problem, before prestart
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
