@@ -215,11 +215,12 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_then_warms_the_judge_b
     first), then the runners, as many as the first two evaluations take (the spares fill up to their depth
     as candidates take them), tells them to make their CUDA contexts, and then does the judge's one-time work.
     A warm-up that fails is no verdict: the first candidate meets the fault and reports it."""
-    from kgen.judge import judge, spares
+    from kgen.judge import judge, sandbox, spares
     from kgen.judge.evaluate import _processes
     from kgen.search.workers import _Evaluator
 
     calls = []
+    monkeypatch.setattr(sandbox, "probe_early", lambda gpu: calls.append(("probe_early", gpu)))
     monkeypatch.setattr(spares.SpareRunners, "prestart", lambda self, device, counts: calls.append(
         ("prestart", device, list(counts.items()))))
     monkeypatch.setattr(spares.SpareRunners, "warm", lambda self: calls.append(("warm",)))
@@ -227,7 +228,8 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_then_warms_the_judge_b
     monkeypatch.setattr(judge.Judge, "warm_up", lambda self: calls.append(("warm_up", str(self.device))) or 4.5)
     evaluator = _Evaluator("softmax", "small", None)
     assert evaluator.prestart("bwrap", "triton") == 4.5
-    assert calls == [("prestart", "cuda:0", [("compile", 2), ("run", 4)]), ("warm",), ("warm_up", "cuda:0")]
+    assert calls == [("probe_early", False),  # as the evaluator starts (no GPU of Ray's here, outside Ray)
+                     ("prestart", "cuda:0", [("compile", 2), ("run", 4)]), ("warm",), ("warm_up", "cuda:0")]
 
     def broken(self):
         raise RuntimeError("no GPU memory left")
