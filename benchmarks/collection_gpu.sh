@@ -8,6 +8,10 @@
 #   runs.txt, leaderboard.txt   `kgen runs` and `kgen leaderboard` on the DB (the run shows there)
 #   h100.db          the results DB
 # Usage (device call, carry benchmarks/collection_kb and .devbundle):  bash benchmarks/collection_gpu.sh [LIMIT_S]
+# A collection larger than one call (hundreds of entries: `python benchmarks/assemble_kb_collection.py MIRROR
+# benchmarks/collection_kb240 --entries 300`): KGEN_COLLECTION=benchmarks/collection_kb240 for the first call; for the
+# next, unpack its h100.db to a carried path and set KGEN_COLLECTION_RESUME=that path: the run in it continues
+# (`kgen eval --resume`), and the figures count only this call's evaluations (the kgen cache is cold again).
 set -uo pipefail
 limit=${1:-480}
 export KGEN_DB=/tmp/collection.db KGEN_CACHE_DIR=/tmp/kgen-cache-collection
@@ -22,14 +26,23 @@ fi
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
 echo "kgen $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $gpus GPU(s), $(grep -c . "$coll/collection.jsonl") entries" \
   | tee "$OUT/figures.txt"
+what=("$coll/collection.jsonl")
+before=0
+if [ -n "${KGEN_COLLECTION_RESUME:-}" ]; then  # continue the run an earlier call left (its returned h100.db)
+  cp "$KGEN_COLLECTION_RESUME" "$KGEN_DB"
+  read -r run_id before < <(python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); r=c.execute('select max(id) from runs').fetchone()[0]
+print(r, c.execute('select count(*) from evaluations e join candidates c on c.id=e.candidate_id where c.run_id=?', (r,)).fetchone()[0])" "$KGEN_DB")
+  echo "resuming run $run_id ($before evaluations stored before this call)" | tee -a "$OUT/figures.txt"
+  what=(--resume "$run_id")
+fi
 started=$(date +%s.%N)
-timeout -s INT "$limit" python3 -m kgen eval "$coll/collection.jsonl" --kernelbench "$coll" --timeout 120 \
+timeout -s INT "$limit" python3 -m kgen eval "${what[@]}" --kernelbench "$coll" --timeout 120 \
   --db "$KGEN_DB" > "$OUT/summary.txt" 2> >(quiet_ray > "$OUT/collection.log")
 rc=$?
 ended=$(date +%s.%N)
 sleep 1
 echo "kgen eval exit code $rc (124/130: stopped at ${limit} s; the run resumes with kgen eval --resume)" | tee -a "$OUT/figures.txt"
-python3 - "$KGEN_DB" "$started" "$ended" "$gpus" "$OUT" <<'PY' | tee -a "$OUT/figures.txt"
+python3 - "$KGEN_DB" "$started" "$ended" "$gpus" "$OUT" "$before" <<'PY' | tee -a "$OUT/figures.txt"
 import sys
 
 from kgen.search.collection import entry_results
@@ -37,6 +50,7 @@ from kgen.search.collection_summary import render, summarize
 from kgen.store.db import open_db, runs
 
 db, started, ended, gpus, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+before = int(sys.argv[6])  # evaluations an earlier call stored (a resumed run): not this call's work
 database = open_db(db, read_only=True)
 with database.reader() as s:
     run = max(r.id for r in runs(s))
@@ -50,8 +64,10 @@ with open(f"{out}/summary.txt", "a+") as f:  # cut off, kgen eval printed none: 
         f.write(render(summary, results, "table"))
 done = sum(r.outcome not in ("pending", "bad_row") for r in results)
 wall = float(ended) - float(started)
-print(f"run {run}: {done} of {len(results)} entries evaluated in {wall:.0f} s wall (cold: fresh DB and cache), "
-      f"{done / (wall / 3600) / max(gpus, 1):.0f} evaluations per GPU-hour on {max(gpus, 1)} GPU(s); "
+now = done - before
+print(f"run {run}: {done} of {len(results)} entries evaluated, {now} of them in this call's {wall:.0f} s wall "
+      f"({'resumed' if before else 'cold: fresh DB and cache'}), "
+      f"{now / (wall / 3600) / max(gpus, 1):.0f} evaluations per GPU-hour on {max(gpus, 1)} GPU(s); "
       f"outcomes {summary.outcomes}")
 PY
 python3 -m kgen runs --db "$KGEN_DB" > "$OUT/runs.txt" 2>&1

@@ -70,7 +70,7 @@ def main() -> None:
         from kgen.store.history import build_history
 
         problem = load_problem(problem_path, size)
-        history = build_history(db, problem, run_id=run.id, device=device)
+        history = build_history(db, problem, run_id=run.id)  # the run's stored evaluating machine
         text = PromptRenderer().render("propose.j2", prompt_context(problem, history, round_index=run.rounds_done))
         with open(args.prompt, "w") as f:
             f.write(text)

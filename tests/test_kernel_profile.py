@@ -5,6 +5,7 @@ readings as dicts); tests/test_eval_gpu.py checks the real thing on a GPU."""
 
 import json
 import sqlite3
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,8 @@ from kgen.store.history import build_history
 from kgen.store.queries import add_evaluation, add_proposal
 
 from conftest import REPO, run_kgen
+from evaluators import H100 as H100_FACTS
+from evaluators import OTHER_CPU
 from llm_server import Reply, ScriptedLLMServer
 
 SOFTMAX_STARTER = (REPO / "problems/starters/softmax/triton_online_two_pass.py").read_text()
@@ -133,11 +136,9 @@ H100 = Ceilings(device="NVIDIA H100 80GB HBM3", bandwidth_bytes_per_s=3.0e12, fp
                 torch_version="test", measured_at=0.0, tf32_flops_per_s=400e12, half_flops_per_s=800e12)
 
 
-def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_path, monkeypatch):
+def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_path):
     """A real SQLite DB holding a timed evaluation with its profile, as a GPU search stores it (the GPU
-    and its measured ceilings are mocked); the rendered prompt carries the summary under it."""
-    import kgen.store.history
-
+    and its measured ceilings are given); the rendered prompt carries the summary under it."""
     db = open_db(str(tmp_path / "results.db"))
     problem = load_problem("softmax", "small")
     cid = add_proposal(db, Proposal(source=SOFTMAX_STARTER, proposer="offline", language="triton", idea="two passes"),
@@ -146,8 +147,7 @@ def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_p
     kernel_profile.add_achieved(profile, 2 << 20, 5 << 18, 0.01, 3.0e12, 17.0e12)
     add_evaluation(db, cid, EvalResult(outcome="correct", runtime_ms=0.01, device=H100.device, size="small",
                                        details={"kernel_profile": profile}))
-    monkeypatch.setattr(kgen.store.history, "device_ceilings", lambda: H100)
-    history = build_history(db, problem, device=H100.device)
+    history = build_history(db, problem, evaluator=replace(H100_FACTS, ceilings=H100))
     assert history.profiles[cid] == kernel_profile.summary(profile)
     text = PromptRenderer().render("propose.j2", prompt_context(problem, history))
     assert f"Profile: {kernel_profile.summary(profile)}" in text
@@ -158,7 +158,7 @@ def test_the_propose_prompt_shows_each_best_candidates_profile_from_the_db(tmp_p
 def test_a_cpu_history_says_profiles_are_off_once(tmp_path):
     db = open_db(str(tmp_path / "results.db"))
     problem = load_problem("softmax", "small")
-    history = build_history(db, problem, device="cpu")
+    history = build_history(db, problem, evaluator=OTHER_CPU)
     text = PromptRenderer().render("propose.j2", prompt_context(problem, history))
     assert text.count("Kernel profiles are off on this machine (no GPU)") == 1 and "Profile:" not in text
     db.close()

@@ -162,11 +162,9 @@ def test_without_a_gpu_the_prompt_states_the_interpreter_facts(system_prompt):
 def test_on_a_gpu_the_prompt_states_the_device_properties(gemm):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    from kgen.proposers.prompt_facts import device_properties
+    from kgen.judge.evaluator_facts import this_machine
 
-    context = prompt_context(gemm, History(), "triton")
-    context["facts"]["device_properties"] = device_properties()
-    text = PromptRenderer().render("system.j2", context)
+    text = PromptRenderer().render("system.j2", prompt_context(gemm, History(evaluator=this_machine()), "triton"))
     p = torch.cuda.get_device_properties(0)
     assert f"compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs" in text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from kgen.problems.roofline import Ceilings, compute_roofline
 from kgen.proposers.prompts import TEMPLATES, PromptRenderer, failure_view, prompt_context
 from kgen.store.history import History, build_history, trim_message
 from kgen.store.queries import add_evaluation, add_proposal
+
+from evaluators import H100
 
 REPO = Path(__file__).resolve().parent.parent
 STARTERS = REPO / "problems/starters/softmax"
@@ -67,7 +70,7 @@ def test_history_holds_failures_with_trimmed_messages_and_every_tried_source(db,
     assert message.startswith("Traceback") and message.endswith("has no attribute 'expp'") and "lines cut" in message
     assert len(history.tried_hashes) == 6
     assert history.is_tried(TRITON + "\n# a comment\n")
-    assert history.floor_ms is None and history.ceilings is None  # no GPU here
+    assert history.floor_ms is None and history.evaluator is None  # no evaluating machine named: no GPU
     assert history.roofline.bytes_moved == 2 * 64 * 1000 * 4
 
 
@@ -92,10 +95,10 @@ def test_propose_prompt_shows_reference_best_and_failures(db, problem, populated
 
 
 def test_propose_prompt_with_a_gpu_shows_device_ceilings_floor_and_baselines(problem):
-    history = History(baseline_eager_ms=1.25, baseline_compile_ms=0.9, device="cuda:0",
-                      ceilings=Ceilings("NVIDIA H100 80GB HBM3", 3.0e12, 5.0e13, "2.5", 0.0))
+    h100 = replace(H100, ceilings=Ceilings("NVIDIA H100 80GB HBM3", 3.0e12, 5.0e13, "2.5", 0.0))
+    history = History(baseline_eager_ms=1.25, baseline_compile_ms=0.9, evaluator=h100)
     history.roofline = compute_roofline(problem)
-    history.floor_ms = history.roofline.floor_ms(history.ceilings)
+    history.floor_ms = history.roofline.floor_ms(h100.ceilings)
     text = PromptRenderer().render("propose.j2", prompt_context(problem, history))
     assert "NVIDIA H100 80GB HBM3" in text and "3000 GB/s" in text and "50.0 fp32 TFLOP/s" in text
     assert "memory-bound" in text and "eager 1.250 ms, torch.compile 0.900 ms" in text

@@ -178,3 +178,64 @@ def test_baselines_are_timed_on_a_gpu_only_and_not_after_the_deadline(tmp_path, 
     assert asked == []
     assert harness.time_baselines(work, settings)["23_Softmax"].startswith("eager 1.5 ms, torch.compile 1.25 ms")
     assert asked == [("23_Softmax", "cuda", False)]
+
+
+def test_render_states_each_runs_stored_machine_and_refuses_to_guess(tmp_path, capsys):
+    """Round 1 on a fresh folder states this machine (its searches evaluate here) and keeps it in facts.json;
+    a later round states the machine stored with the problem's run, wherever it is rendered; a run that stores
+    none takes the folder's facts.json, which `facts` writes from a prompt rendered there (exactly the machine
+    that prompt states); without either, one clear line instead of this machine's facts."""
+    from dataclasses import asdict
+
+    from kgen.judge.evaluate import _versions
+    from kgen.problems.problem import load_problem
+    from kgen.proposers.prompts import PromptRenderer, prompt_context
+    from kgen.store.history import History
+    from kgen.store.queries import create_run, set_run_evaluator, set_run_status
+
+    from evaluators import H100, H100_LINES
+
+    work = tmp_path / "rm"
+    [first] = harness.render(work, 1, [str(SOFTMAX)], "small", "triton", 1, 90.0)
+    here = json.loads((work / harness.FACTS).read_text())
+    assert here["versions"] == _versions() and f"torch {_versions()['torch_version']}," in first.read_text()
+
+    db = open_db(str(work / "results.db"))
+    settings = harness.load_settings(work)
+    problem = load_problem(settings.problems["23_Softmax"], "small")
+    run_id = create_run(db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
+                        size="small", proposer="openai", model=harness.FILE_MODEL, language="triton", seed=0, rounds=1,
+                        candidates_per_round=1, settings={}, device=H100.device)
+    set_run_status(db, run_id, "interrupted", rounds_done=1)
+    settings.runs = {"23_Softmax": run_id}
+    harness.save_settings(work, settings)
+
+    (work / harness.FACTS).unlink()  # a folder from before facts were stored: its run has none either
+    assert harness.main(["render", "--round", "2", "--work", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"run {run_id} (23_Softmax) stores no facts" in err
+    assert "harness.py facts --work" in err and not (work / "round2/23_Softmax.prompt.md").exists()
+
+    # its facts, from a system prompt rendered on the H100 and the ceilings measured there
+    prompt = tmp_path / "h100.prompt.md"
+    prompt.write_text("# system message\n\n" + PromptRenderer().render(
+        "system.j2", prompt_context(problem, History(evaluator=H100), "any")))
+    (work / harness.CEILINGS).write_text(json.dumps({f"{H100.device}|2.11.0+cu130": asdict(H100.ceilings)}))
+    assert harness.main(["facts", "--work", str(work), "--from-prompt", str(prompt)]) == 0
+    assert json.loads((work / harness.FACTS).read_text()) == H100.to_json()
+    [second] = harness.render(work, 2, None, "small", "triton", 1, 90.0)
+    text = second.read_text()
+    assert all(line in text for line in H100_LINES) and "as contiguous tensors on the GPU" in text
+    assert f"torch {_versions()['torch_version']}," not in text
+
+    # the run's own stored machine comes before the folder's
+    (work / harness.FACTS).write_text(json.dumps(here))
+    set_run_evaluator(db, run_id, H100)
+    [second] = harness.render(work, 2, None, "small", "triton", 1, 90.0)
+    assert all(line in second.read_text() for line in H100_LINES)
+    db.close()
+
+    faster = {f"{H100.device}|2.11.0+cu130": dict(asdict(H100.ceilings), bandwidth_bytes_per_s=3.3e12)}
+    (work / harness.CEILINGS).write_text(json.dumps(faster))
+    assert harness.main(["facts", "--work", str(work), "--from-prompt", str(prompt)]) == 2
+    assert "ceilings given (3300 GB/s) are not the ones the prompt shows (3004 GB/s)" in capsys.readouterr().err

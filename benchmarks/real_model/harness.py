@@ -10,10 +10,13 @@
     harness.py advance --work DIR --up-to R      # a call at a time (gpu_round.sh): every round <= R whose replies
                                                  # are there, then each problem's next prompt; --deadline time-boxes
     harness.py pending --work DIR                # the prompt files still waiting for a reply
+    harness.py facts --work DIR --from-prompt DIR/round1/P.prompt.md   # the evaluating machine, for runs from
+                                                 # before kgen stored it (see evaluating_machine)
 
 Everything lives in DIR: harness.json (the settings and each problem's run id), results.db (kgen's
-results DB: `kgen search --proposer replay --from DIR/results.db` re-runs the replies), and
-round<R>/ with the prompt, reply and summary files. A prompt file holds the chat exactly as the
+results DB: `kgen search --proposer replay --from DIR/results.db` re-runs the replies), facts.json
+(the machine that evaluates, which the prompts state, wherever they are rendered), and round<R>/ with
+the prompt, reply and summary files. A prompt file holds the chat exactly as the
 search will send it (kgen's openai proposer renders it: OpenAIProposer.round_jobs); `run` checks that
 every request the search sent was one the model read.
 """
@@ -38,6 +41,8 @@ from kgen.core.errors import KgenError  # noqa: E402
 
 FILE_MODEL = "file-model"  # the model name the loopback server offers in file mode
 STATE = "harness.json"
+FACTS = "facts.json"  # the machine the folder's searches evaluate on, for prompts whose run stores none
+CEILINGS = "ceilings.json"  # that GPU's measured ceilings (gpu_round.sh keeps kgen's cache here)
 PASSED = ("correct", "suspicious")
 # outcomes of a candidate whose kernels were built and called (its failure, if any, came later)
 COMPILED = ("runtime_error", "timeout", "incorrect", "correct", "suspicious")
@@ -127,11 +132,86 @@ def round_dir(work: Path, round_no: int) -> Path:
     return work / f"round{round_no}"
 
 
-def device_name() -> str:
-    """The device's name as the search's worker reports it (kgen.search.workers), on this machine."""
-    import torch
+def evaluating_machine(work: Path, db, settings: Settings, name: str):
+    """The machine whose facts (versions, GPU, ceilings: kgen.judge.evaluator_facts) `name`'s prompts state:
+    the one stored with its run (the search stores its evaluator's); for a problem whose run has none (no run
+    yet, or one from before kgen stored them) the work folder's FACTS; on a fresh folder (no run at all) this
+    machine, kept in FACTS (the harness's searches evaluate on this machine's local cluster). Otherwise one
+    clear KgenError: this machine's facts would be the wrong ones."""
+    from kgen.judge.evaluator_facts import EvaluatorFacts, this_machine
+    from kgen.store.queries import run_evaluator
 
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    run_id = (settings.runs or {}).get(name)
+    stored = run_evaluator(db, run_id) if run_id is not None else None
+    if stored is not None:
+        return stored
+    path = work / FACTS
+    if path.is_file():
+        try:
+            return EvaluatorFacts.from_json(json.loads(path.read_text()))
+        except ValueError as e:
+            raise KgenError(f"{path}: not JSON ({e})") from e
+    if settings.runs:
+        prompt = round_dir(work, 1) / f"{stems(name, settings.candidates)[0]}.prompt.md"
+        raise KgenError(f"{'run ' + str(run_id) if run_id else 'the folder'} ({name}) stores no facts of the machine "
+                        f"that evaluates it and {work} has no {FACTS}: take them from a prompt rendered there "
+                        f"(harness.py facts --work {work} --from-prompt {prompt})")
+    facts = this_machine()
+    path.write_text(json.dumps(facts.to_json(), indent=1) + "\n")
+    print(f"the prompts state this machine ({facts.device}, torch {facts.versions['torch_version']}): kept in {path}")
+    return facts
+
+
+def facts_from_prompt(text: str, ceilings: dict):
+    """The evaluating machine as a rendered system prompt states it (system.j2's "Versions:" and "The GPU:"
+    lines), with the GPU's exact ceilings from `ceilings` (a kgen ceilings.json, keyed "<GPU>|<torch>"), which
+    must be the ones the prompt shows. For a work folder whose runs predate stored facts."""
+    import re
+
+    from kgen.judge.evaluator_facts import EvaluatorFacts
+    from kgen.problems.roofline import Ceilings
+
+    found = re.search(r"^- Versions: torch (\S+), Triton (.+?), CUDA (.+?)\.$", text, re.M)
+    if found is None:
+        raise KgenError("the prompt has no \"- Versions:\" line (is it a system prompt kgen rendered?)")
+    torch_version, triton_version, cuda_version = found.groups()
+    versions = {"torch_version": torch_version, "triton_version": None if triton_version == "not installed"
+                else triton_version, "cuda_version": None if cuda_version.startswith("none") else cuda_version}
+    gpu = re.search(r"^- The GPU: (.+?), compute capability (\S+), (\d+) SMs, (\d+) KiB shared memory per block "
+                    r"\(opt-in maximum\), (\d+) KiB per SM, (\S+) registers per SM, ([\d.]+) MiB L2, (\d+) GiB "
+                    r"memory; measured (\d+) GB/s", text, re.M)
+    if gpu is None:
+        return EvaluatorFacts(device="cpu", versions=versions)
+    name, capability, sms, smem_block, smem_sm, registers, l2, memory, bandwidth = gpu.groups()
+    measured = ceilings.get(f"{name}|{torch_version}")
+    if not isinstance(measured, dict):
+        raise KgenError(f"no ceilings of {name} with torch {torch_version} given (keys: {', '.join(ceilings)})")
+    shown = f"{measured['bandwidth_bytes_per_s'] / 1e9:.0f}"
+    if shown != bandwidth:
+        raise KgenError(f"the ceilings given ({shown} GB/s) are not the ones the prompt shows ({bandwidth} GB/s)")
+    return EvaluatorFacts(
+        device=name, versions=versions, ceilings=Ceilings(**measured),
+        device_properties={"name": name, "compute_capability": capability, "sm_count": int(sms),
+                           "shared_memory_per_block_kib": int(smem_block), "shared_memory_per_sm_kib": int(smem_sm),
+                           "registers_per_sm": None if registers == "None" else int(registers),
+                           "l2_cache_mib": float(l2), "memory_gib": int(memory)})
+
+
+def import_facts(work: Path, prompt: Path, ceilings: Optional[Path] = None):
+    """Write the work folder's FACTS from a system prompt rendered on its evaluating machine (and the ceilings
+    measured there, CEILINGS by default); returns them."""
+    ceilings = ceilings or work / CEILINGS
+    for path in (prompt, ceilings):
+        if not path.is_file():
+            raise KgenError(f"file not found: {path}")
+    text = prompt.read_text()
+    try:
+        measured = json.loads(ceilings.read_text())
+    except ValueError as e:
+        raise KgenError(f"{ceilings}: not JSON ({e})") from e
+    facts = facts_from_prompt(text, measured)
+    (work / FACTS).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
+    return facts
 
 
 def open_results(work: Path):
@@ -239,7 +319,8 @@ def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, lan
                 print(f"{name}: round {round_no}'s prompt kept (rendered before)")
                 continue
             problem = load_problem(path, settings.size)
-            history = build_history(db, problem, run_id=run_id, device=device_name())
+            history = build_history(db, problem, run_id=run_id,
+                                    evaluator=evaluating_machine(work, db, settings, name))
             proposer = OpenAIProposer(problem=problem, model=FILE_MODEL, base_url="http://127.0.0.1:9/v1",
                                       api_key="unused", language=settings.language,
                                       renderer=PromptRenderer(settings.prompts_dir))
@@ -553,6 +634,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p_advance.add_argument("--work", required=True, type=Path)
     p_advance.add_argument("--up-to", required=True, type=int, dest="up_to")
     p_advance.add_argument("--last-round", type=int, default=3, help="no prompts are rendered past this round")
+    p_facts = sub.add_parser("facts", help=f"write the work folder's {FACTS} (the evaluating machine its prompts "
+                                           "state) from a prompt rendered there, for runs that store none")
+    p_facts.add_argument("--work", required=True, type=Path)
+    p_facts.add_argument("--from-prompt", required=True, type=Path, dest="prompt",
+                         help="a system prompt rendered on the evaluating machine (a round<R>/*.prompt.md)")
+    p_facts.add_argument("--ceilings", type=Path, help=f"that GPU's ceilings (default: the folder's {CEILINGS})")
     p_pending = sub.add_parser("pending", help="list the prompt files that wait for a reply")
     p_pending.add_argument("--work", required=True, type=Path)
     for p in (p_render, p_run, p_advance):
@@ -586,6 +673,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                     if what.startswith(("deferred", "skipped")):
                         print(f"round {round_no}, {name}: {what}")
             print(round_table(args.work))
+        elif args.command == "facts":
+            facts = import_facts(args.work, args.prompt, args.ceilings)
+            print(f"{args.work / FACTS}: {facts.device}, torch {facts.versions['torch_version']}, Triton "
+                  f"{facts.versions['triton_version']}, CUDA {facts.versions['cuda_version']}")
         elif args.command == "pending":
             for path in pending_prompts(args.work):
                 print(path)

@@ -1,7 +1,8 @@
 """What the prompt tells a model about the judge, read from the judge's own code so the two cannot
-drift: the versions an evaluation records, the device's properties, how weights reach `ModelNew`,
-which inputs run, what a call may keep, which torch calls are free or forbidden, and what Triton's
-interpreter does (the run on a machine without a GPU).
+drift: the versions an evaluation records and the device's properties (the evaluating machine's, as
+stored with the run: kgen.judge.evaluator_facts), how weights reach `ModelNew`, which inputs run, what
+a call may keep, which torch calls are free or forbidden, and what Triton's interpreter does (the run
+on a machine without a GPU).
 
 A model that has to guess these writes probing code or guards against rules that do not exist
 (issue 32). Each sentence here names the code it comes from; tests/test_prompt_facts.py checks the
@@ -11,10 +12,11 @@ sentences against that code (copy_weights on the three cases, the interpreter fa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from kgen.core.records import EvalSettings
 from kgen.harness.trace import NON_COMPUTE_OPS
+from kgen.judge.evaluator_facts import EvaluatorFacts
 from kgen.judge.static_checks import FORBIDDEN_NAMES
 
 
@@ -59,29 +61,6 @@ TRITON_FACTS = (
 )
 
 
-def versions() -> dict[str, Optional[str]]:
-    """torch, Triton and CUDA versions, as every evaluation records them (kgen.judge.evaluate)."""
-    from kgen.judge.evaluate import _versions
-
-    return _versions()
-
-
-def device_properties(index: int = 0) -> Optional[dict[str, Any]]:
-    """The GPU's properties a kernel writer tunes for; None without a GPU."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    p = torch.cuda.get_device_properties(index)
-    smem = getattr(p, "shared_memory_per_block_optin", 0) or getattr(p, "shared_memory_per_block", 0)
-    return {"name": p.name, "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count,
-            "shared_memory_per_block_kib": smem // 1024,
-            "shared_memory_per_sm_kib": getattr(p, "shared_memory_per_multiprocessor", 0) // 1024,
-            "registers_per_sm": getattr(p, "regs_per_multiprocessor", None),
-            "l2_cache_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
-            "memory_gib": round(p.total_memory / 2**30)}
-
-
 def forbidden_calls() -> list[str]:
     """`name` (why, its first clause) for every name the static checks reject
     (kgen.judge.static_checks.FORBIDDEN_NAMES)."""
@@ -103,8 +82,9 @@ def judge_facts() -> dict[str, Any]:
             round(100 * TORCH_WORK_LIMIT), "timeout_s": settings.timeout_s}
 
 
-def prompt_facts(gpu: bool) -> dict[str, Any]:
-    """Everything system.j2 states about the judge and the machine (see kgen/proposers/prompts.py)."""
-    return {"versions": versions(), "device_properties": device_properties() if gpu else None,
+def prompt_facts(evaluator: EvaluatorFacts) -> dict[str, Any]:
+    """Everything system.j2 states about the judge and the machine that evaluates the candidates (see
+    kgen/proposers/prompts.py): `evaluator`'s versions and GPU, never this process's."""
+    return {"versions": dict(evaluator.versions), "device_properties": evaluator.device_properties,
             "forbidden_calls": forbidden_calls(), "free_torch_ops": free_torch_ops(), "judge": judge_facts(),
             "interpreter": [f.text for f in INTERPRETER_FACTS], "triton": list(TRITON_FACTS)}

@@ -8,8 +8,8 @@ The variables every template sees (see `prompt_context`):
   problem        name, size, source (the reference module at this size, no KGEN_ settings),
                  inputs, outputs (shape+dtype text), dtype
   language       triton | cuda | any
-  device         the GPU's name, or None (no GPU: candidates are checked in Triton's interpreter)
-  ceilings       {bandwidth_gb_s, fp32_tflop_s, tf32_tflop_s, half_tflop_s (fp16/bf16)} measured on the device, or None
+  device         the evaluating GPU's name, or None (no GPU: candidates are checked in Triton's interpreter)
+  ceilings       {bandwidth_gb_s, fp32_tflop_s, tf32_tflop_s, half_tflop_s (fp16/bf16)} measured on that GPU, or None
   roofline       {flops, bytes, floor_ms, bound}; floor_ms and bound are None without ceilings
   baseline       {eager_ms, compile_ms}, each None until timed
   best           the best correct candidates, the promoted best first (kgen.store.promotion), then fastest
@@ -26,6 +26,8 @@ The variables every template sees (see `prompt_context`):
   state_dict     the reference's parameters and buffers as `name (shape dtype)`, in state-dict order
   facts          kgen.proposers.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
                  torch operators that are not work, the judge's numbers, the interpreter's behaviour
+The device, ceilings, versions and properties are the evaluating machine's, stored with the run
+(evaluating_machine), not those of the process that renders the prompt.
 Filters: ms (0.123 ms / not timed), speedup (1.23x / -), pct (45.6% / -), si (1.20 G).
 """
 
@@ -41,6 +43,7 @@ import jinja2
 
 from kgen.core import fmt, pyast
 from kgen.core.errors import KgenError
+from kgen.judge.evaluator_facts import EvaluatorFacts
 from kgen.problems.problem import Problem, on_device, problem_code
 from kgen.proposers.prompt_facts import prompt_facts
 from kgen.store.history import History
@@ -99,19 +102,32 @@ def reference_state(problem: Problem) -> list[str]:
             for name, t in state.items() if isinstance(t, torch.Tensor)]
 
 
+def evaluating_machine(history: History) -> EvaluatorFacts:
+    """The one place that says which machine's facts a prompt states: the machine that evaluates the
+    candidates, as the search stored it with the run (History.evaluator; a GPU's name, properties and
+    ceilings, its torch, Triton and CUDA), never the process rendering the prompt. A history that names
+    none (a test's, the template check) states a CPU run here: this process's versions, no GPU."""
+    if history.evaluator is not None:
+        return history.evaluator
+    from kgen.judge.evaluate import _versions
+
+    return EvaluatorFacts(device="cpu", versions=_versions())
+
+
 def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0,
                    rtol: Optional[float] = None) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
     from kgen.judge.verify import tolerance_rule_text
 
-    roof, ceil = history.roofline, history.ceilings
+    machine = evaluating_machine(history)
+    roof, ceil = history.roofline, machine.ceilings
     return {
         "tolerance_rule": tolerance_rule_text(problem.dtype, rtol),
         "problem": {"name": problem.name, "size": problem.size, "source": reference_source(problem),
                     "inputs": [str(s) for s in problem.input_specs()],
                     "outputs": [str(s) for s in problem.output_specs()], "dtype": problem.dtype},
         "language": language,
-        "device": ceil.device if ceil is not None else None,
+        "device": machine.device if machine.gpu else None,
         "ceilings": None if ceil is None else {"bandwidth_gb_s": ceil.bandwidth_bytes_per_s / 1e9,
                                                "fp32_tflop_s": ceil.fp32_flops_per_s / 1e12,
                                                "tf32_tflop_s": ceil.tf32_flops_per_s / 1e12,
@@ -128,7 +144,7 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "correct_count": history.correct_count,
         "tried_count": len(history.tried_hashes),
         "state_dict": reference_state(problem),
-        "facts": prompt_facts(gpu=ceil is not None),
+        "facts": prompt_facts(machine),
     }
 
 

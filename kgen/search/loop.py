@@ -15,7 +15,9 @@ until they are done.
 
 A run's configuration lives in its row (`runs.settings`), so `--resume RUN_ID` goes on with the
 same problem, size, seed and proposer, evaluating first the candidates the killed round had stored
-but not evaluated, and never evaluating a stored result twice.
+but not evaluated, and never evaluating a stored result twice. The row also keeps the facts of the
+machine that evaluates the run (kgen.judge.evaluator_facts, taken again at each start): its prompts
+state those, wherever they are rendered.
 """
 
 from __future__ import annotations
@@ -277,16 +279,15 @@ class Search:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
 
     def run(self, cluster) -> SearchSummary:
-        import torch
-
-        from kgen.problems.roofline import device_ceilings
+        from kgen.judge.evaluator_facts import this_machine
         from kgen.search.workers import Stages
 
-        if torch.cuda.is_available():  # the roofline's ceilings (measured on the GPU once per machine) come first:
-            device_ceilings()  # the evaluators' sandboxes start after, so nothing disturbs the measurement
+        device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
+        # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured before
+        # the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator below
+        facts = this_machine() if device is not None else None
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
-        device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
         if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
             settings, baselines = self._settings(device.name)  # first round is proposed and compiled meanwhile
         else:
@@ -296,6 +297,9 @@ class Search:
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
         rounds_done = self._open_run(device.name, stages.evaluator_count if device.name != "cpu" else 0)
+        # stored before the first prompt, which reads it back (kgen.store.history), as a resumed run's and
+        # any later render of this run's prompts do
+        queries.set_run_evaluator(self.db, self.run_id, facts or stages.evaluator_facts())
         self.progress.start(run_id=self.run_id, problem=self.problem.name, size=self.problem.size,
                             device=device.name, proposer=self.config.proposer, rounds_total=self.config.rounds,
                             rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
@@ -337,7 +341,7 @@ class Search:
             while (not exhausted and next_round < self.config.rounds and len(open_rounds) < limit
                    and stages.compiling_count == 0):
                 self.progress.round_started(next_round)
-                jobs = self._round_jobs(next_round, device)
+                jobs = self._round_jobs(next_round)
                 if jobs is None and open_rounds:
                     # Asked ahead, before the open rounds were timed, a proposer can have nothing new yet
                     # (the offline one retunes the best *timed* candidates): ask again once one finishes.
@@ -423,7 +427,7 @@ class Search:
         from kgen.store.history import build_history
 
         # first the parents the next prompt will show (where the profile is read), then the round's best
-        shown = tuple(c.id for c in build_history(self.db, self.problem, run_id=self.run_id, device=None).best)
+        shown = tuple(c.id for c in build_history(self.db, self.problem, run_id=self.run_id).best)
         targets = queries.ncu_targets(self.db, self.run_id, round_index, self.config.ncu_top, first=shown)
         min_bytes = compute_roofline(self.problem).bytes_moved if targets else None  # what "x the minimum" is against
         for k, (candidate_id, source) in enumerate(targets):
@@ -478,7 +482,7 @@ class Search:
         queries.set_run_process(self.db, self.run_id)
         return queries.get_run(self.db, self.run_id).rounds_done
 
-    def _round_jobs(self, round_index: int, device: str):
+    def _round_jobs(self, round_index: int):
         """This round's candidates to evaluate: new proposals, each stored first; or, for a round a
         killed search had begun, its stored candidates not yet evaluated. None: the proposer is done."""
         from kgen.search.workers import Job
@@ -490,7 +494,7 @@ class Search:
             jobs = [Job(cid, source) for cid, source in stored if cid not in evaluated]
             self.progress.resumed_round(len(stored), len(jobs))
             return jobs
-        history = build_history(self.db, self.problem, run_id=self.run_id, device=device)
+        history = build_history(self.db, self.problem, run_id=self.run_id)  # the run's stored evaluator
         proposals = self.proposer.propose(self.problem, history, self.config.candidates, round_index)
         if not proposals:
             return None

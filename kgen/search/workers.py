@@ -29,11 +29,14 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from kgen.core.errors import KgenError
 from kgen.core.records import EvalResult, EvalSettings, Outcome
 from kgen.search.cluster import Cluster, where_am_i
+
+if TYPE_CHECKING:
+    from kgen.judge.evaluator_facts import EvaluatorFacts
 
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
 # candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
@@ -203,6 +206,13 @@ class _Evaluator:
         except NcuUnavailable as e:
             return {"unavailable": str(e)}
 
+    def facts(self) -> EvaluatorFacts:
+        """This evaluator's machine as the prompts state it: its versions, its GPU's properties and measured
+        ceilings (kgen.judge.evaluator_facts; the ceilings from its node's cache, else measured now)."""
+        from kgen.judge.evaluator_facts import this_machine
+
+        return this_machine()
+
     def device(self) -> Device:
         import ray
         import torch
@@ -324,6 +334,13 @@ class Stages:
         device = ray.get(self.actors[0].device.remote())
         self._actor_nodes[0] = device.node_id
         return device
+
+    def evaluator_facts(self) -> EvaluatorFacts:
+        """The first evaluator's machine (versions, GPU properties, measured ceilings), asked once per search:
+        its prompts state these, not the driver's."""
+        import ray
+
+        return ray.get(self.actors[0].facts.remote())
 
     def _ping(self, index: int) -> None:
         """Ask the actor where it runs; it takes candidates again once it answers (see _pinged)."""

@@ -11,8 +11,9 @@ from typing import Optional
 from sqlalchemy import select
 
 from kgen.judge import kernel_profile, ncu_profile
+from kgen.judge.evaluator_facts import EvaluatorFacts
 from kgen.problems.problem import Problem
-from kgen.problems.roofline import Ceilings, Roofline, compute_roofline, device_ceilings
+from kgen.problems.roofline import Roofline, compute_roofline
 from kgen.store.db import Baseline, Candidate, Database, Evaluation
 from kgen.store.promotion import candidate_spread, promotion_order, within_noise
 from kgen.store.queries import (
@@ -21,6 +22,7 @@ from kgen.store.queries import (
     normalized_source_hash,
     out_of_resource_sources,
     recent_failures,
+    run_evaluator,
     tried_hashes,
 )
 
@@ -46,8 +48,9 @@ class History:
     baseline_compile_ms: Optional[float] = None
     floor_ms: Optional[float] = None
     roofline: Optional[Roofline] = None
-    ceilings: Optional[Ceilings] = None
-    device: Optional[str] = None
+    # the machine that evaluates the candidates, as stored with the run; None: none named (a test's history,
+    # a template check), and the prompt states a CPU run here (kgen.proposers.prompts.evaluating_machine)
+    evaluator: Optional[EvaluatorFacts] = None
     profiles: dict[int, str] = field(default_factory=dict)  # candidate id -> kernel_profile.summary
     profiles_note: str = ""  # what the profiles are, or why there are none, said once
 
@@ -150,11 +153,15 @@ def profile_summaries(db: Database, candidate_ids: list[int]) -> dict[int, str]:
     return out
 
 
-def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, device: Optional[str] = None, *,
+def build_history(db: Database, problem: Problem, run_id: Optional[int] = None,
+                  evaluator: Optional[EvaluatorFacts] = None, *,
                   max_best: int = 4, max_failures: int = 4, max_ideas: int = 10) -> History:
     """The history of `problem` (this run's when `run_id` is given; every source ever tried for the
-    problem counts as tried either way). `device`: the device's name as evaluations store it; a
-    CUDA device also brings its measured ceilings and the roofline floor."""
+    problem counts as tried either way). `evaluator`: the machine that evaluates the candidates, by
+    default the one stored with run `run_id`; a GPU brings its baselines, measured ceilings, the roofline
+    floor and the parents' profiles."""
+    if evaluator is None and run_id is not None:
+        evaluator = run_evaluator(db, run_id)
     found = sorted(correct_candidates(db, problem_hash=problem.source_hash, run_id=run_id), key=lambda c: c.id)
     ranked = promotion_order(found, candidate_spread)
     failures = [f for f in recent_failures(db, problem_hash=problem.source_hash, run_id=run_id,
@@ -167,8 +174,8 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
         if c.idea and worked and c.idea not in ideas:
             ideas.append(c.idea)
     roofline = compute_roofline(problem)
-    ceilings = device_ceilings() if device and device != "cpu" else None
-    base = _baseline(db, problem, device)
+    ceilings = evaluator.ceilings if evaluator is not None else None
+    base = _baseline(db, problem, evaluator.device if evaluator is not None else None)
     best = pick_diverse(ranked, max_best)
     # the profiles of the parents the prompt shows
     profiles = profile_summaries(db, [c.id for c in best]) if ceilings is not None else {}
@@ -178,5 +185,5 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None, 
                    out_of_resources=out_of_resource_sources(db, problem_hash=problem.source_hash),
                    baseline_eager_ms=base.eager_ms if base else None,
                    baseline_compile_ms=base.compile_ms if base else None,
-                   floor_ms=roofline.floor_ms(ceilings), roofline=roofline, ceilings=ceilings, device=device,
+                   floor_ms=roofline.floor_ms(ceilings), roofline=roofline, evaluator=evaluator,
                    profiles=profiles, profiles_note=profiles_note(ceilings is not None))

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from kgen import __version__
 from kgen.core.records import FAILURE_OUTCOMES, NO_CODE, EvalResult, Proposal
+from kgen.judge.evaluator_facts import EvaluatorFacts
 from kgen.store.db import Candidate, Database, Evaluation, LLMCall, Run, utcnow
 from kgen.store.promotion import samples_of
 
@@ -59,6 +60,22 @@ def set_run_startup(db: Database, run_id: int, startup: dict) -> None:
     with db.session() as s:
         run = s.get(Run, run_id)
         run.settings = dict(run.settings or {}, startup=startup)
+
+
+def set_run_evaluator(db: Database, run_id: int, facts: EvaluatorFacts) -> None:
+    """Record the machine that evaluates the run's candidates (kgen.judge.evaluator_facts), in its settings:
+    the run's prompts state it, whoever renders them. A resumed run records the machine of its new start."""
+    with db.session() as s:
+        run = s.get(Run, run_id)
+        run.settings = dict(run.settings or {}, evaluator=facts.to_json())
+
+
+def run_evaluator(db: Database, run_id: int) -> Optional[EvaluatorFacts]:
+    """The evaluating machine stored with run `run_id`, or None (a run from before kgen stored it)."""
+    with db.reader() as s:
+        run = s.get(Run, run_id)
+        data = (run.settings or {}).get("evaluator") if run is not None else None
+    return EvaluatorFacts.from_json(data) if data is not None else None
 
 
 def set_run_process(db: Database, run_id: int) -> None:
