@@ -152,7 +152,7 @@ class _EvaluatorStandIn:
     def __init__(self, problem, size, source_hash):
         pass
 
-    def prestart(self, sandbox, language):  # its one-time work before any candidate: so many seconds
+    def warm_up(self, sandbox, language):  # its one-time work before any candidate: so many seconds
         return 2.5
 
     def device(self):

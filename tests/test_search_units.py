@@ -210,11 +210,11 @@ def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_
     assert (1, 0) in proposer.asked  # asked early, had nothing, and was asked again later
 
 
-def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_then_warms_the_judge_before_any_candidate(monkeypatch):
+def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_and_warms_the_judge_before_any_candidate(monkeypatch):
     """The GPU stood in: prestart starts the compile step's sandboxes first (the first candidate needs them
     first), then the runners, as many as the first two evaluations take (the spares fill up to their depth
-    as candidates take them), tells them to make their CUDA contexts, and then does the judge's one-time work.
-    A warm-up that fails is no verdict: the first candidate meets the fault and reports it."""
+    as candidates take them), and tells them to make their CUDA contexts; warm_up does the judge's one-time
+    work. A warm-up that fails is no verdict: the first candidate meets the fault and reports it."""
     from kgen.judge import judge, sandbox, spares
     from kgen.judge.evaluate import _processes
     from kgen.search.workers import _Evaluator
@@ -227,7 +227,8 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_then_warms_the_judge_b
     monkeypatch.setattr(_Evaluator, "_judge_device", staticmethod(lambda: "cuda:0"))
     monkeypatch.setattr(judge.Judge, "warm_up", lambda self: calls.append(("warm_up", str(self.device))) or 4.5)
     evaluator = _Evaluator("softmax", "small", None)
-    assert evaluator.prestart("bwrap", "triton") == 4.5
+    assert evaluator.prestart("bwrap", "triton") is None
+    assert evaluator.warm_up("bwrap", "triton") == 4.5
     assert calls == [("probe_early", False),  # as the evaluator starts (no GPU of Ray's here, outside Ray)
                      ("prestart", "cuda:0", [("compile", 2), ("run", 4)]), ("warm",), ("warm_up", "cuda:0")]
 
@@ -235,7 +236,8 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_then_warms_the_judge_b
         raise RuntimeError("no GPU memory left")
 
     monkeypatch.setattr(judge.Judge, "warm_up", broken)
-    assert evaluator.prestart("bwrap", "triton") is None
+    assert evaluator.warm_up("bwrap", "triton") is None
+    assert _Evaluator(None, "small", None).warm_up("bwrap", "triton") is None  # a collection's: no problem of its own
     # a runner spare takes 8.5-11 s to be ready on the H100 boxes, an evaluation 4.4-5 s: three evaluations ahead
     assert spares.SpareRunners.DEPTH["run"] == 3 * _processes("triton", "cuda")["run"]
     assert _Evaluator.PRESTART["run"] <= spares.SpareRunners.DEPTH["run"]

@@ -160,30 +160,36 @@ class _Evaluator:
     # candidates take them: all of DEPTH at once would slow these by as many more sandboxes importing torch.
     PRESTART: ClassVar[dict[str, int]] = {"compile": 2, "run": 4}
 
-    def prestart(self, sandbox: str, language: str) -> Optional[float]:
+    def prestart(self, sandbox: str, language: str) -> None:
         """Start the sandboxes the first candidates will take now (runners, and compile steps where
         evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let them make their CUDA
-        contexts, then do the judge's own one-time work (Judge.warm_up): all of it while the search times
-        its baselines, not when the first candidate arrives. Returns the warm-up's seconds (None: none)."""
+        contexts: they start while the search times its baselines, not when the first candidate arrives."""
         from kgen.judge.evaluate import sandbox_mode
         from kgen.judge.spares import SpareRunners
 
-        settings = EvalSettings(sandbox=sandbox, size=self.problem[1])
-        mode = sandbox_mode(settings)
+        mode = sandbox_mode(EvalSettings(sandbox=sandbox))
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         device = self._judge_device()
         counts = self.PRESTART if device != "cpu" else {"run": 2}
         kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
         self.spares.prestart(device, {kind: counts.get(kind, 2) for kind in kinds})
-        if device == "cpu" or self.problem[0] is None:  # a collection's problems come with their candidates
-            return None
-        self.spares.warm()
+        if device != "cpu":
+            self.spares.warm()
+
+    def warm_up(self, sandbox: str, language: str) -> Optional[float]:
+        """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
+        beside whatever the actor is asked meanwhile (where it runs, its machine's facts), before its first
+        candidate (whose timed runs wait for it under the GPU's timing lock). Its seconds, or None."""
+        from kgen.judge.evaluate import sandbox_mode
         from kgen.judge.judge import Judge
 
-        settings.device = device
+        device = self._judge_device()
+        if device == "cpu" or self.problem[0] is None:  # a collection's problems come with their candidates
+            return None
+        settings = EvalSettings(device=device, size=self.problem[1], sandbox=sandbox)
         try:
-            return Judge(_load(*self.problem), "", language, settings, mode).warm_up()
+            return Judge(_load(*self.problem), "", language, settings, sandbox_mode(settings)).warm_up()
         except Exception:  # noqa: BLE001 - not a verdict: the first candidate meets the same fault and reports it
             return None
 
@@ -293,25 +299,29 @@ class Stages:
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
-        self._prestarts: list = []  # each evaluator's prestart ref (its warm-up's seconds)
+        self._warm_ups: list = []  # each evaluator's warm-up ref (its seconds)
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
     def prestart(self, sandbox: str, language: str) -> None:
-        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
-        without them (a test's stand-in) starts them with its first candidate as before."""
-        if not hasattr(self.evaluator_class, "prestart"):
-            return
-        self._prestarts = [actor.prestart.remote(sandbox, language) for actor in self.actors]
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart) and warm its judge up (in
+        its "baselines" group, so nothing else asked of it waits); an evaluator class without these (a test's
+        stand-in) does that work with its first candidate as before."""
+        if hasattr(self.evaluator_class, "prestart"):
+            for actor in self.actors:
+                actor.prestart.remote(sandbox, language)
+        if hasattr(self.evaluator_class, "warm_up"):
+            self._warm_ups = [actor.warm_up.options(concurrency_group="baselines").remote(sandbox, language)
+                              for actor in self.actors]
 
     def warm_up_s(self) -> list[float]:
         """The seconds of each evaluator's warm-up (Judge.warm_up) that has finished: kept with the run's startup
         figures, to see what the first candidate no longer pays."""
         import ray
 
-        if not self._prestarts:
+        if not self._warm_ups:
             return []
-        done, _ = ray.wait(self._prestarts, num_returns=len(self._prestarts), timeout=0)
+        done, _ = ray.wait(self._warm_ups, num_returns=len(self._warm_ups), timeout=0)
         seconds = []
         for ref in done:
             with contextlib.suppress(Exception):  # an evaluator that died meanwhile: no figure
