@@ -215,3 +215,55 @@ def test_results_stored_before_the_baselines_get_their_speedups_once_they_are_in
     assert all(r.speedup_eager == pytest.approx(4.0) and r.speedup_compile == pytest.approx(2.0) for r in rows)
     assert "the baselines are in: speedups added to 3 candidate(s)" in out.getvalue()
     assert progress.counts.best_speedup_eager == pytest.approx(4.0)
+
+
+def test_the_judges_warm_up_waits_for_a_timed_measurement_and_leaves_nothing_open(monkeypatch):
+    """An evaluator's one-time judge work (Judge.warm_up: a reference built, copied to float64, traced, an
+    arena made) runs before its first candidate and beside the baselines' compiles, but never beside a timed
+    measurement on its GPU: it takes the GPU's timing lock, and gives back everything it made."""
+    from kgen.judge import gpu_lock
+    from kgen.judge.judge import Judge
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.problems.problem import load_problem
+
+    uuid = f"GPU-test-{os.getpid()}-w"
+    monkeypatch.setattr(gpu_lock, "device_uuid", lambda device=None: uuid)  # the GPU stood in by its UUID
+    judge = Judge(load_problem("softmax", "small"), "", "triton", EvalSettings(device="cpu", size="small"),
+                  SandboxMode.BWRAP)
+    holder = _hold_in_another_process(uuid, 1.0)  # the baselines' timed runs, say
+    try:
+        seconds = judge.warm_up()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert judge.phases["gpu_wait_s"] >= 0.7 and seconds >= judge.phases["gpu_wait_s"]
+    assert judge.evidence.details["reference_ops"] and judge.evidence.details["torch_own_error"]["trials"]
+    assert judge.arena is None and judge.slots == [] and not hasattr(judge, "reference64")
+    with gpu_lock.exclusive(uuid, wait_s=1) as held:  # let go of once it is done
+        assert held["had"]
+
+
+def test_the_sandbox_probe_started_early_is_run_once_and_its_answer_waited_for(monkeypatch):
+    """An evaluator starts the probe of whether bubblewrap can run as nobody (a sandboxed `import torch`) as its
+    process starts; the first sandbox started meanwhile waits for that probe's answer instead of probing again."""
+    from kgen.judge import sandbox
+
+    probes = []
+
+    def slow_probe(argv, **kwargs):
+        probes.append(argv)
+        time.sleep(0.5)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # kgen as root, where the probe applies
+    monkeypatch.setattr(sandbox.subprocess, "run", slow_probe)
+    sandbox._probe_as_nobody.cache_clear()
+    try:
+        started = time.monotonic()
+        sandbox.probe_early(True)
+        time.sleep(0.1)
+        assert sandbox._run_as_nobody(True) is True
+        assert 0.4 <= time.monotonic() - started < 2 and len(probes) == 1  # waited for the early one
+        assert sandbox._run_as_nobody(True) is True and len(probes) == 1
+    finally:
+        sandbox._probe_as_nobody.cache_clear()  # later tests probe this machine for real

@@ -152,6 +152,9 @@ class _EvaluatorStandIn:
     def __init__(self, problem, size, source_hash):
         pass
 
+    def warm_up(self, sandbox, language):  # its one-time work before any candidate: so many seconds
+        return 2.5
+
     def device(self):
         import ray
 
@@ -184,6 +187,7 @@ PLANS = {  # candidate id -> what happens to it
 class StagesRun:
     events: list
     state: Path
+    warm_up_s: list
 
     def done(self, candidate_id: int) -> EvalResult:
         [result] = [e.result for e in self.events if e.kind == "done" and e.candidate_id == candidate_id]
@@ -217,18 +221,25 @@ def stages_run(tmp_path_factory) -> StagesRun:
         stages = StandInStages(Cluster(address=None, num_cpus=2, num_gpus=0, placement=Placement(1, dict(num_cpus=1))),
                                "unused.py", "small")
         jobs = [Job(cid, json.dumps(dict(plan, state=str(state)))) for cid, plan in PLANS.items()]
+        stages.prestart("none", "triton")
         events = list(stages.run(jobs, EvalSettings()))
+        warm_up_s = stages.warm_up_s()
     finally:
         ray.shutdown()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         os.environ.clear()
         os.environ.update(saved_env)
-    return StagesRun(events, state)
+    return StagesRun(events, state, warm_up_s)
 
 
 @pytest.mark.slow
 def test_each_candidate_leaves_the_stages_exactly_once(stages_run):
     assert sorted(e.candidate_id for e in stages_run.events if e.kind == "done") == sorted(PLANS)
+
+
+@pytest.mark.slow
+def test_each_evaluators_warm_up_before_its_first_candidate_is_reported(stages_run):
+    assert stages_run.warm_up_s == [2.5]  # one evaluator; its later deaths and restarts do not lose the figure
 
 
 @pytest.mark.slow

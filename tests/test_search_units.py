@@ -208,3 +208,55 @@ def test_a_proposer_with_nothing_new_yet_is_asked_again_once_results_arrive(tmp_
         rounds = sorted(c.round for c in s.query(Candidate).filter_by(run_id=search.run_id))
     assert rounds == [1, 1, 2, 2, 3, 3]
     assert (1, 0) in proposer.asked  # asked early, had nothing, and was asked again later
+
+
+def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_and_warms_the_judge_before_any_candidate(monkeypatch):
+    """The GPU stood in: prestart starts the compile step's sandboxes first (the first candidate needs them
+    first), then the runners, as many as the first two evaluations take (the spares fill up to their depth
+    as candidates take them), and tells them to make their CUDA contexts; warm_up does the judge's one-time
+    work. A warm-up that fails is no verdict: the first candidate meets the fault and reports it."""
+    from kgen.judge import judge, sandbox, spares
+    from kgen.judge.evaluate import _processes
+    from kgen.search.workers import _Evaluator
+
+    calls = []
+    monkeypatch.setattr(sandbox, "probe_early", lambda gpu: calls.append(("probe_early", gpu)))
+    monkeypatch.setattr(spares.SpareRunners, "prestart", lambda self, device, counts: calls.append(
+        ("prestart", device, list(counts.items()))))
+    monkeypatch.setattr(spares.SpareRunners, "warm", lambda self: calls.append(("warm",)))
+    monkeypatch.setattr(_Evaluator, "_judge_device", staticmethod(lambda: "cuda:0"))
+    monkeypatch.setattr(judge.Judge, "warm_up", lambda self: calls.append(("warm_up", str(self.device))) or 4.5)
+    evaluator = _Evaluator("softmax", "small", None)
+    assert evaluator.prestart("bwrap", "triton") is None
+    assert evaluator.warm_up("bwrap", "triton") == 4.5
+    assert calls == [("probe_early", False),  # as the evaluator starts (no GPU of Ray's here, outside Ray)
+                     ("prestart", "cuda:0", [("compile", 2), ("run", 4)]), ("warm",), ("warm_up", "cuda:0")]
+
+    def broken(self):
+        raise RuntimeError("no GPU memory left")
+
+    monkeypatch.setattr(judge.Judge, "warm_up", broken)
+    assert evaluator.warm_up("bwrap", "triton") is None
+    assert _Evaluator(None, "small", None).warm_up("bwrap", "triton") is None  # a collection's: no problem of its own
+    # a runner spare takes 8.5-11 s to be ready on the H100 boxes, an evaluation 4.4-5 s: three evaluations ahead
+    assert spares.SpareRunners.DEPTH["run"] == 3 * _processes("triton", "cuda")["run"]
+    assert _Evaluator.PRESTART["run"] <= spares.SpareRunners.DEPTH["run"]
+
+
+def test_each_gpu_count_pass_of_kgen_bench_gets_fresh_caches_outside_its_out_folder(tmp_path, monkeypatch):
+    """The caches of a `kgen bench --gpus N` pass are new, empty, not under --out (a device call returns only
+    a few files: caches there crowded out bench.md), and gone after the pass, the environment as it was."""
+    import os
+
+    from kgen.outputs.bench import PASS_CACHES, pass_caches
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.delenv("KGEN_CACHE_DIR", raising=False)
+    with pass_caches(2) as root:
+        folders = {name: os.environ[name] for name in PASS_CACHES}
+        assert all(f.startswith(str(root)) and not f.startswith(str(tmp_path)) for f in folders.values())
+        assert len(set(folders.values())) == len(PASS_CACHES)
+        for folder in folders.values():
+            os.makedirs(os.path.join(folder, "sub"))
+    assert not root.exists()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine") and "KGEN_CACHE_DIR" not in os.environ

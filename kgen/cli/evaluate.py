@@ -81,6 +81,10 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
                             eval_s=time.monotonic() - started)
         result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
         return NamedProblem(Path(problem).stem, size or "-"), result
+    if sandbox:  # the sandbox's probe (a sandboxed import torch) runs while torch is imported and the problem loaded
+        from kgen.judge.sandbox import probe_early
+
+        probe_early(device != "cpu" if device is not None else os.path.exists("/dev/nvidiactl"))
     from kgen.judge.evaluate import evaluate_one
     from kgen.problems.problem import load_problem
 

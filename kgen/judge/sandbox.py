@@ -301,8 +301,26 @@ def _drop_to_nobody(spec: SandboxSpec) -> bool:
     return _run_as_nobody(spec.gpu) and all(_reachable_by_nobody(p) for p in [*spec.read_only, *spec.writable])
 
 
-@functools.lru_cache(maxsize=2)
+_PROBING = threading.Lock()  # one probe at a time: a caller that comes while it runs waits for its answer
+
+
+def probe_early(gpu: bool) -> None:
+    """Start the probe of _run_as_nobody now, in a thread: it is a sandboxed `import torch`, once per process,
+    and the first sandbox started waited for it (on the H100 boxes an evaluator's prestart took 3.9-4.5 s,
+    most of it this probe, before its first sandbox started and its first candidate could begin). An
+    evaluator calls this as its process starts, seconds before its first sandboxes (its own imports run
+    meanwhile)."""
+    if os.geteuid() == 0:
+        threading.Thread(target=_run_as_nobody, args=(gpu,), daemon=True, name="kgen-sandbox-probe").start()
+
+
 def _run_as_nobody(gpu: bool) -> bool:
+    with _PROBING:
+        return _probe_as_nobody(gpu)
+
+
+@functools.lru_cache(maxsize=2)
+def _probe_as_nobody(gpu: bool) -> bool:
     """Whether bubblewrap can itself run as uid 65534 here (kgen runs as root, and the Python
     installation and packages are readable by nobody): a probe, once per process."""
     if os.geteuid() != 0:

@@ -88,9 +88,14 @@ class SpareRunners:
     channel no other candidate has touched."""
 
     # per kind: an evaluation takes two `run` processes (the candidate's and the reference runner) and
-    # one `compile`; a process needs 5-8 s to import torch in the sandbox on the H100 box, longer than a
-    # Triton candidate's whole evaluation, so `run` spares start two evaluations ahead
-    DEPTH: ClassVar[dict[str, int]] = {"run": 4, "compile": 2}
+    # one `compile`. A `run` spare is ready (torch imported, CUDA context made) 8.3-9 s after it starts on
+    # the one-H100 box and 8.5-11 s on the two-H100 one (twice the sandboxes importing at once, and the
+    # import runs on through its evaluator's timed runs, paused), against 4.4-5 s per Triton candidate:
+    # started two evaluations ahead (4) it was often not ready: runner_start_s 1-3.4 s on one candidate in
+    # four, summed 23 s (one GPU) and 35 s (two) over 32 candidates where a warm spare takes 0.35 s. So
+    # `run` spares start three evaluations ahead (each waiting one holds a CUDA context, ~0.5 GB of its
+    # GPU). A `compile` spare imports less (no operator trace): two evaluations ahead, it was always ready.
+    DEPTH: ClassVar[dict[str, int]] = {"run": 6, "compile": 2}
 
     def __init__(self, mode: SandboxMode, depth: Optional[int] = None):
         self.mode = mode

@@ -25,10 +25,12 @@ the seconds went, show where the time goes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -49,8 +51,27 @@ def parse_problems(values: Optional[list[str]]) -> list[str]:
     """`--problems` as given (`a b`, `a,b`, or both), each once in order; none: DEFAULT_PROBLEMS."""
     names = [name.strip() for value in values or () for name in value.split(",")]
     return list(dict.fromkeys(n for n in names if n)) or list(DEFAULT_PROBLEMS)
-# The caches each GPU-count pass gets afresh (environment variable -> folder under --out).
+# The caches each GPU-count pass gets afresh (environment variable -> folder in the pass's temporary folder).
 PASS_CACHES = {"KGEN_CACHE_DIR": "kgen-cache", "TRITON_CACHE_DIR": "triton-cache"}
+
+
+@contextlib.contextmanager
+def pass_caches(gpus: int):
+    """Fresh, empty caches for one GPU-count pass (kgen's builds, Triton's kernels), in a temporary folder
+    removed after it: never under --out, whose report and DBs are what a reader (or a device call that
+    returns a few files) takes away; the local cluster's workers inherit the environment."""
+    saved = {name: os.environ.get(name) for name in PASS_CACHES}
+    with tempfile.TemporaryDirectory(prefix=f"kgen-bench-{gpus}gpu-", ignore_cleanup_errors=True) as root:
+        for name, folder in PASS_CACHES.items():
+            os.environ[name] = str(Path(root) / folder)
+        try:
+            yield Path(root)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 @dataclass
@@ -467,17 +488,12 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
     throughput: list[ThroughputRow] = []
     passes: dict[Optional[int], list[ThroughputRow]] = {}
     gpu_use: list[GpuUseRow] = []
-    saved_env = {name: os.environ.get(name) for name in PASS_CACHES}
-    try:
-        for gpus in gpu_counts:
-            # A pass of its own: its own DB (the offline proposer skips any source a DB has seen, so a
-            # shared one would give later passes other candidates) and caches (kgen's builds, Triton's
-            # kernels; the local cluster's workers inherit this environment), so every pass does the
-            # same work from the same cold start.
+    for gpus in gpu_counts:
+        # A pass of its own: its own DB (the offline proposer skips any source a DB has seen, so a
+        # shared one would give later passes other candidates) and caches (pass_caches), so every pass
+        # does the same work from the same cold start.
+        with pass_caches(gpus) if gpus is not None else contextlib.nullcontext():
             database = open_db(db or str(out_dir / ("bench.db" if gpus is None else f"bench-{gpus}gpu.db")))
-            if gpus is not None:
-                for name, folder in PASS_CACHES.items():
-                    os.environ[name] = str((out_dir / f"{folder}-{gpus}gpu").absolute())
             try:
                 connecting = time.monotonic()
                 cluster = ray_cluster.connect(ray_address, num_gpus=gpus)
@@ -500,12 +516,6 @@ def run_bench(problems: list[str], *, rounds: int, candidates: int, seed: int, o
             finally:
                 ray_cluster.shutdown()
                 database.close()
-    finally:
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     scaling = scaling_rows(passes) if len(gpu_counts) > 1 else []
     path = write_report(out_dir, quality, throughput, header, scaling, gpu_use=gpu_use)
     return path, path.read_text()

@@ -222,7 +222,8 @@ class Search:
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
         # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
-        # (their timing, beside the first compiles), first_on_gpu_s and first_result_s; and the judge's
+        # (their timing, beside the first compiles), first_on_gpu_s and first_result_s, warm_up_s (each
+        # evaluator's one-time judge work before its first candidate, a list); and the judge's
         # phases summed over the evaluations (judge_s). Stored in the run's settings and shown by kgen bench.
         self.startup: dict = {}
         self.judge_s: dict[str, float] = {}
@@ -310,6 +311,9 @@ class Search:
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
+            warm_up = stages.warm_up_s() if hasattr(stages, "warm_up_s") else []
+            if warm_up:  # each evaluator's one-time judge work, done before its first candidate (Judge.warm_up)
+                self.startup["warm_up_s"] = warm_up
             stages.close()
             if stages.first_answer is not None:  # with a local GPU nothing waited for it: when it came
                 self.startup.setdefault("evaluators_s", round(stages.first_answer - self.started, 3))

@@ -21,6 +21,7 @@ problem by name, any other by its path (see problem_ref), checked against the dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import socket
 import time
@@ -28,7 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from kgen.core.errors import KgenError
 from kgen.core.records import EvalResult, EvalSettings, Outcome
@@ -105,10 +106,23 @@ def gpu_device(node_id: Optional[str] = None) -> Device:
     return Device(name=torch.cuda.get_device_name(0), cuda_arch=f"{major}.{minor}", node_id=node_id)
 
 
+def _has_ray_gpu() -> bool:
+    """Whether Ray gave this worker a GPU (asked without importing torch)."""
+    try:
+        import ray
+
+        return bool(ray.get_gpu_ids())
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test's evaluator): no GPU of Ray's
+        return False
+
+
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
+        from kgen.judge.sandbox import probe_early
+
+        probe_early(_has_ray_gpu())  # while this process imports torch and loads the problem, before prestart
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
@@ -141,11 +155,15 @@ class _Evaluator:
 
         return time_baselines(_load(*problem), max_autotune)
 
+    # What prestart starts at once on a GPU, per kind: what the first two evaluations take (the compile step
+    # first: the first candidate needs it first). The spares' take() fills up to SpareRunners.DEPTH as the
+    # candidates take them: all of DEPTH at once would slow these by as many more sandboxes importing torch.
+    PRESTART: ClassVar[dict[str, int]] = {"compile": 2, "run": 4}
+
     def prestart(self, sandbox: str, language: str) -> None:
-        """Start the sandboxes the first candidates will take now, as many as the spares keep (runners,
-        and compile steps where evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let
-        them make their CUDA contexts: they start while the search compiles its baselines, not when the
-        first candidate arrives."""
+        """Start the sandboxes the first candidates will take now (runners, and compile steps where
+        evaluations have one: on a GPU, or for CUDA sources), and (on a GPU) let them make their CUDA
+        contexts: they start while the search times its baselines, not when the first candidate arrives."""
         from kgen.judge.evaluate import sandbox_mode
         from kgen.judge.spares import SpareRunners
 
@@ -153,11 +171,27 @@ class _Evaluator:
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         device = self._judge_device()
-        depth = SpareRunners.DEPTH if device != "cpu" else {}
-        kinds = ("run", "compile") if device != "cpu" or language != "triton" else ("run",)
-        self.spares.prestart(device, {kind: depth.get(kind, 2) for kind in kinds})
+        counts = self.PRESTART if device != "cpu" else {"run": 2}
+        kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
+        self.spares.prestart(device, {kind: counts.get(kind, 2) for kind in kinds})
         if device != "cpu":
             self.spares.warm()
+
+    def warm_up(self, sandbox: str, language: str) -> Optional[float]:
+        """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
+        beside whatever the actor is asked meanwhile (where it runs, its machine's facts), before its first
+        candidate (whose timed runs wait for it under the GPU's timing lock). Its seconds, or None."""
+        from kgen.judge.evaluate import sandbox_mode
+        from kgen.judge.judge import Judge
+
+        device = self._judge_device()
+        if device == "cpu" or self.problem[0] is None:  # a collection's problems come with their candidates
+            return None
+        settings = EvalSettings(device=device, size=self.problem[1], sandbox=sandbox)
+        try:
+            return Judge(_load(*self.problem), "", language, settings, sandbox_mode(settings)).warm_up()
+        except Exception:  # noqa: BLE001 - not a verdict: the first candidate meets the same fault and reports it
+            return None
 
     @staticmethod
     def _judge_device() -> str:
@@ -265,16 +299,36 @@ class Stages:
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
+        self._warm_ups: list = []  # each evaluator's warm-up ref (its seconds)
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
     def prestart(self, sandbox: str, language: str) -> None:
-        """Have every evaluator start its sandboxes now (see _Evaluator.prestart); an evaluator class
-        without them (a test's stand-in) starts them with its first candidate as before."""
-        if not hasattr(self.evaluator_class, "prestart"):
-            return
-        for actor in self.actors:
-            actor.prestart.remote(sandbox, language)
+        """Have every evaluator start its sandboxes now (see _Evaluator.prestart) and warm its judge up (in
+        its "baselines" group, so nothing else asked of it waits); an evaluator class without these (a test's
+        stand-in) does that work with its first candidate as before."""
+        if hasattr(self.evaluator_class, "prestart"):
+            for actor in self.actors:
+                actor.prestart.remote(sandbox, language)
+        if hasattr(self.evaluator_class, "warm_up"):
+            self._warm_ups = [actor.warm_up.options(concurrency_group="baselines").remote(sandbox, language)
+                              for actor in self.actors]
+
+    def warm_up_s(self) -> list[float]:
+        """The seconds of each evaluator's warm-up (Judge.warm_up) that has finished: kept with the run's startup
+        figures, to see what the first candidate no longer pays."""
+        import ray
+
+        if not self._warm_ups:
+            return []
+        done, _ = ray.wait(self._warm_ups, num_returns=len(self._warm_ups), timeout=0)
+        seconds = []
+        for ref in done:
+            with contextlib.suppress(Exception):  # an evaluator that died meanwhile: no figure
+                value = ray.get(ref)
+                if isinstance(value, (int, float)):
+                    seconds.append(value)
+        return seconds
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
