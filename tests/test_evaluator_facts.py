@@ -178,6 +178,7 @@ def test_a_search_states_its_evaluators_machine_and_a_resumed_run_its_new_one(tm
     store_baselines(db, problem, H100.device, {"eager_ms": 2.0, "compile_ms": 1.0})  # timed there before
     saved_env = dict(os.environ)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.shutdown()  # an earlier test's failed connection (a bad --ray-address) may have left Ray's state behind
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         cluster = Cluster(address=None, num_cpus=2, num_gpus=0, placement=Placement(1, dict(num_cpus=1)))
