@@ -34,6 +34,7 @@ import argparse
 import ctypes
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -282,6 +283,56 @@ def robust(diffs: list[float]) -> tuple[float, float, float]:
     return middle, 1.4826 * mad, max(abs(d - middle) for d in diffs)
 
 
+def report(rows: dict, meta: dict, json_path) -> None:
+    """Print the table and the verdicts; write everything (every run's row too) to `json_path`."""
+    out = dict(meta, designs={})
+    print(f"{out['device']}, torch {out['torch']}; %globaltimer increments (ns): {out['globaltimer_ticks_ns']}; "
+          f"go's gate: {out['gate']}{'; BUDGET RAN OUT: fewer runs' if out['out_of_time'] else ''}")
+    print(f"{'design':7s} {'workload':8s} {'child ms':>9s} {'design ms':>9s} {'offset us':>9s} {'noise us':>8s} "
+          f"{'max dev':>8s} {'usable':>9s}  notes")
+    for design, by_workload in rows.items():
+        out["designs"][design] = {}
+        offsets = {}
+        for name, rs in by_workload.items():
+            usable = [r for r in rs if r["design_ms"] == r["design_ms"] and not r.get("late")
+                      and r.get("held", True)]
+            diffs = [(r["design_ms"] - r["child_ms"]) * 1e3 for r in usable]
+            offset, noise, worst = robust(diffs)
+            offsets[name] = offset
+            notes = ""
+            if design == "stamps" and rs:
+                after = [r["after_us"] for r in rs]
+                notes = f"judge's stamp after the runner's end: min {min(after):.1f} us, median " \
+                        f"{statistics.median(after):.1f} us"
+            seen = [r for r in rs if r.get("start_lag_us") is not None]
+            if design == "watch" and seen:  # every run that saw both flags, started late or not
+                lag_start = statistics.median(r["start_lag_us"] for r in seen)
+                lag_end = statistics.median(r["end_lag_us"] for r in seen)
+                notes = f"watcher started after the runner's start stamp in {sum(r['late'] for r in rs)}/{len(rs)}; " \
+                        f"flags seen late by (medians): start {lag_start:.1f} us, end {lag_end:.1f} us"
+            if design == "go":
+                notes = f"runner held behind the gate: {sum(r.get('held', False) for r in rs)}/{len(rs)}"
+            summary = {"child_ms": statistics.median(r["child_ms"] for r in rs) if rs else None,
+                       "design_ms": statistics.median(r["design_ms"] for r in usable) if usable else None,
+                       "offset_us": offset, "noise_us": noise, "max_dev_us": worst, "usable": len(usable),
+                       "runs": len(rs), "notes": notes, "rows": rs}
+            out["designs"][design][name] = summary
+            print(f"{design:7s} {name:8s} {summary['child_ms'] or float('nan'):9.4f} "
+                  f"{summary['design_ms'] or float('nan'):9.4f} {offset:9.2f} {noise:8.2f} {worst:8.2f} "
+                  f"{len(usable):4d}/{len(rs):<4d}  {notes}")
+        base = offsets.get("nothing", float("nan"))
+        spread = max((abs(o - base) for o in offsets.values()), default=float("nan"))
+        s = out["designs"][design]
+        works = all(v["runs"] and v["usable"] >= 0.95 * v["runs"] and v["noise_us"] <= 5.0 for v in s.values()) \
+            and spread <= 5.0
+        out["designs"][design]["verdict"] = {"works": works, "offset_spread_us": spread}
+        print(f"{design:7s} -> {'WORKS' if works else 'does not work'}: offset moves {spread:.2f} us across "
+              f"workloads (a calibrated offset needs <= 5 us), noise <= 5 us and >= 95% usable required")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+
+
 def main() -> int:
     args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     args.add_argument("--runs", type=int, default=200, help="runs per workload for poll/stamps and for go")
@@ -327,6 +378,11 @@ def main() -> int:
     rows: dict[str, dict[str, list[dict]]] = {d: {name: [] for name, _, _ in WORKLOADS}
                                                for d in ("poll", "stamps", "go", "watch")}
     out_of_time = False
+
+    def meta() -> dict:
+        return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": opts.runs,
+                "globaltimer_ticks_ns": ticks.tolist(), "gate": gate_kind, "out_of_time": out_of_time}
+
     sequence = itertools.count(1)  # run numbers: the gate's and the watch flag's values only ever grow
 
     def run(mode: str, name: str, k: int) -> None:
@@ -347,7 +403,14 @@ def main() -> int:
             judge_stream.wait_event(ev_end)
             t1.record(judge_stream)
             gate[0] = k + 1  # open the gate
-            t1.synchronize()
+            deadline = time.perf_counter() + 5.0
+            while not t1.query():
+                if time.perf_counter() > deadline:  # the GPU never saw the gate open: nothing more can run
+                    print(f"probe_ipc_clock2: go: the judge's stream never passed its gate ({gate_kind}) in 5 s; "
+                          "the results so far:", flush=True)
+                    report(rows, meta(), opts.json)
+                    sys.stdout.flush()
+                    os._exit(3)
             row["design_ms"] = t0.elapsed_time(t1)
         elif mode == "poll":
             row["late"] = bool(ev_start.query())
@@ -387,50 +450,7 @@ def main() -> int:
     here.send(("bye",))
     proc.join(timeout=10)
 
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": opts.runs,
-           "globaltimer_ticks_ns": ticks.tolist(), "gate": gate_kind, "out_of_time": out_of_time, "designs": {}}
-    print(f"{out['device']}, torch {out['torch']}; %globaltimer increments (ns): {out['globaltimer_ticks_ns']}; "
-          f"go's gate: {gate_kind}{'; BUDGET RAN OUT: fewer runs' if out_of_time else ''}")
-    print(f"{'design':7s} {'workload':8s} {'child ms':>9s} {'design ms':>9s} {'offset us':>9s} {'noise us':>8s} "
-          f"{'max dev':>8s} {'usable':>9s}  notes")
-    for design, by_workload in rows.items():
-        out["designs"][design] = {}
-        offsets = {}
-        for name, rs in by_workload.items():
-            usable = [r for r in rs if r["design_ms"] == r["design_ms"] and not r.get("late")
-                      and r.get("held", True)]
-            diffs = [(r["design_ms"] - r["child_ms"]) * 1e3 for r in usable]
-            offset, noise, worst = robust(diffs)
-            offsets[name] = offset
-            notes = ""
-            if design == "stamps" and rs:
-                after = [r["after_us"] for r in rs]
-                notes = f"judge's stamp after the runner's end: min {min(after):.1f} us, median " \
-                        f"{statistics.median(after):.1f} us"
-            if design == "watch" and usable:
-                notes = f"flag seen late by: start {statistics.median(r['start_lag_us'] for r in usable):.1f} us, " \
-                        f"end {statistics.median(r['end_lag_us'] for r in usable):.1f} us (medians)"
-            if design == "go":
-                notes = f"runner held behind the gate: {sum(r.get('held', False) for r in rs)}/{len(rs)}"
-            summary = {"child_ms": statistics.median(r["child_ms"] for r in rs) if rs else None,
-                       "design_ms": statistics.median(r["design_ms"] for r in usable) if usable else None,
-                       "offset_us": offset, "noise_us": noise, "max_dev_us": worst, "usable": len(usable),
-                       "runs": len(rs), "notes": notes, "rows": rs}
-            out["designs"][design][name] = summary
-            print(f"{design:7s} {name:8s} {summary['child_ms'] or float('nan'):9.4f} "
-                  f"{summary['design_ms'] or float('nan'):9.4f} {offset:9.2f} {noise:8.2f} {worst:8.2f} "
-                  f"{len(usable):4d}/{len(rs):<4d}  {notes}")
-        base = offsets.get("nothing", float("nan"))
-        spread = max((abs(o - base) for o in offsets.values()), default=float("nan"))
-        s = out["designs"][design]
-        works = all(v["runs"] and v["usable"] >= 0.95 * v["runs"] and v["noise_us"] <= 5.0 for v in s.values()) \
-            and spread <= 5.0
-        out["designs"][design]["verdict"] = {"works": works, "offset_spread_us": spread}
-        print(f"{design:7s} -> {'WORKS' if works else 'does not work'}: offset moves {spread:.2f} us across "
-              f"workloads (a calibrated offset needs <= 5 us), noise <= 5 us and >= 95% usable required")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(out, f, indent=1, default=str)
+    report(rows, meta(), opts.json)
     print(f"probe_ipc_clock2: {time.perf_counter() - started:.1f} s")
     return 0
 
