@@ -251,6 +251,20 @@ def test_a_c_attributes_getter_rewritten_is_named(pins):
     assert pins.changed() == []
 
 
+@pytest.mark.skipif("elapsed_time" not in vars(torch._C._CudaEventBase),
+                    reason="torch without CUDA: its event class has no methods to rewrite")
+def test_the_events_elapsed_time_rewritten_as_c8_ctypes_elapsed_does_is_named():
+    """The runner's own binding (taken from _CudaEventBase's dict before the import), rewritten in place: its
+    definition's function pointer pointed at record's (never called while it lasts)."""
+    elapsed, record = vars(torch._C._CudaEventBase)["elapsed_time"], vars(torch._C._CudaEventBase)["record"]
+    pins = Pins(modules=(), classes=())
+    pins.c_function("the runner's elapsed_time", elapsed)
+    with c_word(definition(elapsed) + 8, word_at(definition(record) + 8)):
+        assert pins.changed() == ["torch._C._CudaEventBase.elapsed_time rewritten at the C level (its function "
+                                  "pointer, flags or definition)"]
+    assert pins.changed() == []
+
+
 def test_kgens_own_bindings_are_pinned_at_the_c_level_and_nothing_else_is():
     """What the runner bound before the import (its events, synchronize...) is pinned by c_function even
     outside any pinned namespace; a Python function or a class is not pinned at the C level."""
