@@ -275,7 +275,8 @@ class Pins:
                     continue
                 if value.__flags__ & HEAP_TYPE:
                     self._add(f"{name}.{attr}", value, True, seen)
-                else:  # a C type (_socket.socket) refuses setattr, but its C functions can be rewritten in place
+                elif name != "builtins":  # a C type (_socket.socket) refuses setattr, but its C functions can be
+                    # rewritten in place (the builtins' own types, str, dict..., hold ~1500: left out, for speed)
                     for key, entry in list(vars(value).items()):
                         self.c_function(f"{name}.{value.__qualname__}.{key}", entry)
         for dotted in classes:
