@@ -57,7 +57,8 @@ The calls the runner makes after the candidate's import (kgen.harness.runner), a
 
 What this cannot do: it runs in the candidate's process, so a candidate that writes memory with
 ctypes where no pin looks (the machine code or the import tables of libcudart and libtorch, the shared
-C type slots, the snapshot itself, or the code of this module and its check), or that calls the runner's
+C type slots, the C methods of str, dict and the other builtin types, the snapshot itself, or the code of
+this module and its check), or that calls the runner's
 own events itself (re-recording the start event mid-forward: tests/attacks/c8_rerecord_start), gets
 past it. The judge's clock (kgen.judge.timing, measured slack) and the audit's watched check bound what a
 timing lie gains there.
