@@ -80,6 +80,8 @@ EXPECTED: dict[str, frozenset] = {
     "x_audit_hook": DISHONEST,
     "x_torch_function_subclass": DISHONEST,
     "x_arena_scribble": frozenset({"correct", "incorrect", "runtime_error"}),  # never harness_error or a hang
+    # 8. timing lies the CPU can show: a C function pointer of the runner's clock rewritten with ctypes
+    "c8_ctypes_clock": frozenset({"static_reject"}),
 }
 
 # class 6 needs a GPU (the judge's timed runs): run only under @pytest.mark.gpu
@@ -92,8 +94,11 @@ GPU_EXPECTED: dict[str, frozenset] = {
     "c8_event_real_dict": frozenset({"static_reject"}),
     "c8_channel_code_swap": frozenset({"static_reject"}),
     "c8_profile_hook": frozenset({"static_reject"}),
-    # ... or lied about with nothing replaced that an identity check can see: the judge's clock (its measured slack)
-    "c8_ctypes_elapsed": frozenset({"suspicious"}),
+    # ... or rewritten in place with ctypes, no Python object replaced: pinned at the C level too (the function
+    # pointers of the C functions the runner calls; tests/attacks/c8_ctypes_clock is the CPU's case)
+    "c8_ctypes_elapsed": frozenset({"static_reject"}),
+    # ... or lied about with nothing rewritten that a check in the process can see: the judge's clock (its
+    # measured slack) and the audit's watched check
     "c8_rerecord_start": frozenset({"suspicious"}),
     # ... or run where the events cannot see it: launches left on a side stream made from torch's C class, which
     # overlap the runner's GPU-side wait (so the judge's clock cannot see them either): the audit's watched check
@@ -146,13 +151,12 @@ XFAIL: dict[str, str] = {
                            "sees torch doing the work",
 }
 
-# Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attacks whose lie
-# only the judge's clock sees, at several shaves (a share of the time, and a constant in ms), on a short kernel
-# (softmax small in 20 launches: ~60 µs timed, ~32 µs of kernels) and a long one (softmax full in 20: ~4.9 ms).
-# What shave_must_be_caught says must be `suspicious` is; the share-0 runs are honest.
-CLOCK_MATRIX = tuple((attack, share, ms) for attack in ("c8_ctypes_elapsed", "c8_rerecord_start")
-                     for share, ms in ((0.0, 0.0), (0.05, 0.0), (0.2, 0.0), (0.5, 0.0), (0.0, 0.05))
-                     if not (attack == "c8_rerecord_start" and ms))  # a re-recorded event shaves a share only
+# Class 8's clock matrix (tests/test_judge_clock_gpu.py, benchmarks/judge_clock_gpu.py): the attack whose lie
+# only the judge's clock sees, at several shaves of the time, on a short kernel (softmax small in 20 launches:
+# ~60 µs timed, ~32 µs of kernels) and a long one (softmax full in 20: ~4.9 ms). What shave_must_be_caught says
+# must be `suspicious` is; the share-0 runs are honest. (c8_ctypes_elapsed, which also shaved a constant, is
+# `static_reject` since the C-level pins: it no longer reaches the clock.)
+CLOCK_MATRIX = tuple(("c8_rerecord_start", share, 0.0) for share in (0.0, 0.05, 0.2, 0.5))
 CLOCK_SIZES = ("small", "full")
 
 

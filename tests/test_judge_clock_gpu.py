@@ -1,6 +1,6 @@
-"""The judge's clock against timing lies no identity check can see (tests/attacks/c8_ctypes_elapsed: the C
-function behind the events' elapsed_time rewritten with ctypes; c8_rerecord_start: the runner's own start
-event recorded again mid-forward), at several shaves, on a short kernel and a long one. Their share-0
+"""The judge's clock against a timing lie no check in the runner's process can see (tests/attacks/
+c8_rerecord_start: the runner's own start event recorded again mid-forward), at several shaves, on a short
+kernel and a long one. Their share-0
 variants are honest and must come out `correct`: the measured slack never flags them. Skipped without a GPU
 (on the H100: `pytest -m gpu tests/test_judge_clock_gpu.py`, about 3 minutes)."""
 

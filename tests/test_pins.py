@@ -194,6 +194,92 @@ def test_an_instance_attribute_shadowing_a_method_is_named():
     assert set(pins.changed()) == {"the runner.deliver added", "the runner.channel replaced"}
 
 
+@contextlib.contextmanager
+def c_word(address, value):
+    """Write one 64-bit word in this process's memory (as a candidate with ctypes would); put it back after."""
+    word = ctypes.c_uint64.from_address(address)
+    original = word.value
+    word.value = value
+    try:
+        yield
+    finally:
+        word.value = original
+
+
+def definition(obj):
+    """The C definition (PyMethodDef, PyGetSetDef) a builtin (at 16) or a descriptor (at 40) points to."""
+    return ctypes.c_uint64.from_address(id(obj) + (16 if isinstance(obj, type(len)) else 40)).value
+
+
+def word_at(address):
+    return ctypes.c_uint64.from_address(address).value
+
+
+def test_a_builtins_function_pointer_rewritten_is_named(pins):
+    """tests/attacks/c8_ctypes_clock's rewrite, undone at once: time.perf_counter's definition pointed at
+    time.monotonic's C function (same calling convention: harmless while it lasts)."""
+    with c_word(definition(time.perf_counter) + 8, word_at(definition(time.monotonic) + 8)):
+        assert "time.perf_counter rewritten at the C level (its function pointer, flags or definition)" \
+            in pins.changed()
+    assert pins.changed() == []
+
+
+def test_a_builtins_own_call_slot_rewritten_is_named(pins):
+    """The object's vectorcall slot (what a call goes through first), pointed at another builtin's."""
+    with c_word(id(time.perf_counter) + 48, word_at(id(time.monotonic) + 48) + 16):
+        assert any(c.startswith("time.perf_counter rewritten at the C level") for c in pins.changed())
+    assert pins.changed() == []
+
+
+def test_a_c_method_of_a_class_rewritten_is_named(pins):
+    """A method descriptor (what the runner's event methods are): _socket.socket.sendall's C function
+    pointed at send's. The runner's channel sends its replies with it."""
+    c_socket = socket.socket.__mro__[1]
+    sendall, send = vars(c_socket)["sendall"], vars(c_socket)["send"]
+    with c_word(definition(sendall) + 8, word_at(definition(send) + 8)):
+        assert "_socket.socket.sendall rewritten at the C level (its function pointer, flags or definition)" \
+            in pins.changed()
+    assert pins.changed() == []
+
+
+def test_a_c_attributes_getter_rewritten_is_named(pins):
+    """A getset descriptor: torch._C.TensorBase.shape's getter pointed at dtype's (describe() reads .shape)."""
+    shape, dtype = vars(torch._C.TensorBase)["shape"], vars(torch._C.TensorBase)["dtype"]
+    with c_word(definition(shape) + 8, word_at(definition(dtype) + 8)):
+        assert "torch._C.TensorBase.shape rewritten at the C level (its function pointer, flags or definition)" \
+            in pins.changed()
+    assert pins.changed() == []
+
+
+@pytest.mark.skipif("elapsed_time" not in vars(torch._C._CudaEventBase),
+                    reason="torch without CUDA: its event class has no methods to rewrite")
+def test_the_events_elapsed_time_rewritten_as_c8_ctypes_elapsed_does_is_named():
+    """The runner's own binding (taken from _CudaEventBase's dict before the import), rewritten in place: its
+    definition's function pointer pointed at record's (never called while it lasts)."""
+    elapsed, record = vars(torch._C._CudaEventBase)["elapsed_time"], vars(torch._C._CudaEventBase)["record"]
+    pins = Pins(modules=(), classes=())
+    pins.c_function("the runner's elapsed_time", elapsed)
+    with c_word(definition(elapsed) + 8, word_at(definition(record) + 8)):
+        assert pins.changed() == ["torch._C._CudaEventBase.elapsed_time rewritten at the C level (its function "
+                                  "pointer, flags or definition)"]
+    assert pins.changed() == []
+
+
+def test_kgens_own_bindings_are_pinned_at_the_c_level_and_nothing_else_is():
+    """What the runner bound before the import (its events, synchronize...) is pinned by c_function even
+    outside any pinned namespace; a Python function or a class is not pinned at the C level."""
+    from kgen.harness.pins import _CLevel
+
+    pins = Pins(modules=(), classes=())
+    pins.c_function("a bound clock", time.perf_counter)
+    pins.c_function("a Python function", fake)
+    assert [c.label for c in pins.c_level] == ["a bound clock"]
+    with c_word(definition(time.perf_counter) + 8, word_at(definition(time.monotonic) + 8)):
+        assert pins.changed() == ["a bound clock rewritten at the C level (its function pointer, flags or "
+                                  "definition)"]
+    assert _CLevel.of("a Python function", fake) is None and _CLevel.of("a class", Pins) is None
+
+
 @pytest.mark.parametrize("line", [
     "torch.cuda.Event.record = lambda *a: None",
     "setattr(torch.cuda.Event, 'elapsed_time', None)",
@@ -240,3 +326,15 @@ def test_the_runner_rejects_a_candidate_that_replaces_event_methods_on_the_cpu()
     assert result.outcome == "static_reject", result.message
     assert "torch.cuda.streams.Event.elapsed_time replaced" in result.message
     assert "torch.cuda.streams.Event.record replaced" in result.message
+
+
+def test_the_runner_rejects_a_candidate_that_rewrites_a_c_function_pointer_on_the_cpu():
+    """tests/attacks/c8_ctypes_clock through the real judge and sandbox: no Python object is replaced (the
+    identity pins see nothing); the C-level pins name the clock whose function pointer it rewrote."""
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_candidate
+
+    result = evaluate_candidate("softmax", (ATTACKS / "c8_ctypes_clock.py").read_text(),
+                                EvalSettings(device="cpu", size="small", timeout_s=120))
+    assert result.outcome == "static_reject", result.message
+    assert "time.perf_counter rewritten at the C level" in result.message

@@ -19,6 +19,13 @@ what the candidate wants. Two defences, in this order:
    another object. A name a module or class gains is allowed unless it shadows one the runner's
    lookups would otherwise find (a builtin in a module, a base class's attribute in a class): torch
    adds submodules to its namespace as they are imported.
+3. The C level (`_CLevel`): a C function keeps its Python object when ctypes rewrites the function
+   pointer in its definition (tests/attacks/c8_ctypes_elapsed, c8_ctypes_clock), so the C functions in
+   the pinned namespaces (and in their modules' C types), and those the runner bound before the import
+   (the events' record and elapsed_time, synchronize, the GPU-side wait, the memory statistics,
+   torch.Tensor's copy_/view/shape/dtype/device/layout, the socket's sendall/sendmsg/recvmsg), are pinned
+   by the words that decide what a call runs: the definition's address, its function pointers and flags,
+   the object's own call slot.
 
 The calls the runner makes after the candidate's import (kgen.harness.runner), and what covers each:
 - `load`: `importlib`'s loader (the import itself), `getattr`, `isinstance`, `issubclass` (builtins),
@@ -49,13 +56,18 @@ The calls the runner makes after the candidate's import (kgen.harness.runner), a
   the signal handlers unchanged (each would run the candidate's code inside the runner's own calls).
 
 What this cannot do: it runs in the candidate's process, so a candidate that writes memory with
-ctypes, or rewrites this module's own code first, gets past it. The judge's clock (kgen.judge.timing,
-measured slack) bounds whatever a timing lie gains beyond its measured noise.
+ctypes where no pin looks (the machine code or the import tables of libcudart and libtorch, the shared
+C type slots, the C methods of str, dict and the other builtin types, the snapshot itself, or the code of
+this module and its check), or that calls the runner's
+own events itself (re-recording the start event mid-forward: tests/attacks/c8_rerecord_start), gets
+past it. The judge's clock (kgen.judge.timing, measured slack) and the audit's watched check bound what a
+timing lie gains there.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import signal
 import sys
 import types
@@ -135,6 +147,51 @@ def _cell(cell: Any) -> Any:
         return _EMPTY
 
 
+_BUILTIN = type(len)  # builtin_function_or_method (PyCFunctionObject): m_ml at 16, m_self at 24, vectorcall at 48
+_METHOD_DESCRIPTOR = type(str.join)  # PyMethodDescrObject: d_method at 40, vectorcall at 48
+_GETSET_DESCRIPTOR = type(int.__dict__["real"])  # PyGetSetDescrObject: d_getset at 40
+_WORD = ctypes.c_uint64.from_address
+
+
+class _CLevel:
+    """A C function (or a C attribute's getter and setter) as it was at the C level: the definition its
+    object points to, that definition's function pointers and flags, the object's own call slot. ctypes can
+    rewrite any of these in place (tests/attacks/c8_ctypes_elapsed rewrites the function pointer behind
+    elapsed_time) and replace no Python object, so identity pins cannot see it; these words can.
+
+    The offsets are CPython's 64-bit layouts (3.8-3.13, with the GIL); where the word at the definition's
+    offset does not lead to the object's own name, the layout is another and the object is not pinned (`of`
+    returns None) rather than misread."""
+
+    __slots__ = ("addresses", "label", "obj", "values")
+
+    def __init__(self, label: str, obj: Any, addresses: tuple[int, ...]):
+        self.label, self.obj, self.addresses = label, obj, addresses  # obj held: its address stays its own
+        self.values = self.read()
+
+    @classmethod
+    def of(cls, label: str, obj: Any) -> Optional[_CLevel]:
+        kind = type(obj)
+        if sys.maxsize < 2**32 or kind not in (_BUILTIN, _METHOD_DESCRIPTOR, _GETSET_DESCRIPTOR):
+            return None
+        base = id(obj)
+        definition = _WORD(base + (16 if kind is _BUILTIN else 40)).value
+        if not definition or ctypes.string_at(_WORD(definition).value) != str(obj.__name__).encode():
+            return None
+        if kind is _GETSET_DESCRIPTOR:  # PyGetSetDef: name, get, set, doc, closure
+            fields = (base + 40, definition + 8, definition + 16, definition + 32)
+        else:  # PyMethodDef: name, ml_meth, ml_flags; the object's vectorcall (and a builtin's bound self)
+            fields = (base + 40 if kind is _METHOD_DESCRIPTOR else base + 16, definition + 8, definition + 16,
+                      base + 48) + ((base + 24,) if kind is _BUILTIN else ())
+        return cls(label, obj, fields)
+
+    def read(self) -> tuple[int, ...]:
+        return tuple(_WORD(address).value for address in self.addresses)
+
+    def unchanged(self) -> bool:
+        return self.read() == self.values
+
+
 class _Namespace:
     """One dict (a module's or a class's), as it was: its entries by identity."""
 
@@ -202,6 +259,8 @@ class Pins:
                  classes: Iterable[str] = TIMED_CLASSES + OTHER_CLASSES):
         self.namespaces: list[_Namespace] = []
         self.functions: list[_Function] = []
+        self.c_level: list[_CLevel] = []
+        self._c_seen: set[int] = set()
         self.modules: dict[str, Any] = {}
         seen: set[int] = set()
         for name in modules:
@@ -213,9 +272,14 @@ class Pins:
             if name == "torch":
                 continue
             for attr, value in list(vars(module).items()):
-                # types that are not heap types (str, int, bytearray...) refuse setattr: left out, for speed
-                if isinstance(value, type) and value.__module__ == name and value.__flags__ & HEAP_TYPE:
+                if not (isinstance(value, type) and value.__module__ == name):
+                    continue
+                if value.__flags__ & HEAP_TYPE:
                     self._add(f"{name}.{attr}", value, True, seen)
+                elif name != "builtins":  # a C type (_socket.socket) refuses setattr, but its C functions can be
+                    # rewritten in place (the builtins' own types, str, dict..., hold ~1500: left out, for speed)
+                    for key, entry in list(vars(value).items()):
+                        self.c_function(f"{name}.{value.__qualname__}.{key}", entry)
         for dotted in classes:
             cls = _resolve(dotted)
             if isinstance(cls, type):
@@ -239,6 +303,20 @@ class Pins:
             for key, value in namespace.entries.items():
                 for fn in _functions(value):
                     self.functions.append(_Function(f"{label}.{key}", fn))
+        for key, value in namespace.entries.items():  # and the C functions' definitions
+            self.c_function(f"{label}.{key}", value)
+
+    def c_function(self, label: str, obj: Any) -> None:
+        """Pin a C function (or C attribute) at the C level (_CLevel): kgen's own bindings (the runner's
+        events, synchronize, memory statistics) and every one in a pinned namespace. Other objects: ignored."""
+        if id(obj) in self._c_seen:
+            return
+        if type(obj) in (_METHOD_DESCRIPTOR, _GETSET_DESCRIPTOR):  # named by its class, not by an alias of it
+            label = f"{obj.__objclass__.__module__}.{obj.__objclass__.__qualname__}.{obj.__name__}"
+        pinned = _CLevel.of(label, obj)
+        if pinned is not None:
+            self._c_seen.add(id(obj))
+            self.c_level.append(pinned)
 
     @staticmethod
     def _handlers() -> dict[int, Any]:
@@ -257,6 +335,8 @@ class Pins:
             if not namespace.unchanged():
                 found += namespace.differences()
         found += [f"{f.label} rewritten (its code, defaults or closure)" for f in self.functions if not f.unchanged()]
+        found += [f"{c.label} rewritten at the C level (its function pointer, flags or definition)"
+                  for c in self.c_level if not c.unchanged()]
         for instance in self.instances:
             found += instance.differences()
         for name, module in self.modules.items():

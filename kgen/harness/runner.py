@@ -374,6 +374,26 @@ class Runner:
                 pins.instance("the runner's channel", channel, ("sock",))
                 pins.instance("the arena", self.arena, tuple(vars(self.arena)))
                 pins.instance("the launch counter", self.counter, ("files", "names"))
+                for label, obj in self._c_bindings():
+                    pins.c_function(label, obj)
+
+    def _c_bindings(self) -> list[tuple[str, Any]]:
+        """The C functions a timed run calls outside the candidate's forward, pinned at the C level
+        (kgen.harness.pins._CLevel): what the runner bound before the import, and what delivering the outputs
+        and the reply use. The timed pins see no other namespace that holds them."""
+        torch = self.torch
+        tensor_base = vars(torch._C.TensorBase)
+        socket_type = type(self.channel.sock).__mro__[1]  # _socket.socket: the C methods behind socket.socket
+        bound = [(f"torch._C.TensorBase.{name}", tensor_base.get(name))
+                 for name in ("copy_", "view", "shape", "dtype", "device", "layout")]
+        bound += [(f"_socket.socket.{name}", vars(socket_type).get(name)) for name in ("sendall", "sendmsg", "recvmsg")]
+        bound += [("torch.frombuffer", torch.frombuffer)]
+        if self.cuda:
+            bound += [("torch._C._CudaEventBase.record", self._record),
+                      ("torch._C._CudaEventBase.elapsed_time", self._elapsed),
+                      ("torch._C._cuda_synchronize", self._synchronize), ("torch._C._cuda_sleep", self._sleep),
+                      ("torch._C._cuda_memoryStats", self._memory_stats)]
+        return bound
 
     def _warm_profiler(self) -> None:
         """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first

@@ -1,8 +1,8 @@
 """Class 8 (timing lies, GPU): replaces no Python object. With ctypes it rewrites the C function pointer
 behind torch._C._CudaEventBase.elapsed_time (the PyMethodDef the runner's own method descriptor calls through)
 to a callback that reports SHAVE_SHARE less, minus SHAVE_MS. No identity check in the candidate's process
-can see it; only the judge's clock can: the runner's event times fall short of the judge's wall clock by the
-shave. An honest judge: `suspicious` (the shave is beyond the clock check's measured noise)."""
+can see it, but the runner pins the C functions it relies on at the C level too (kgen.harness.pins._CLevel:
+the definition's function pointer is another). An honest judge: `static_reject` naming elapsed_time."""
 import ctypes
 
 import torch
