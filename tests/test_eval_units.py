@@ -98,6 +98,20 @@ def test_same_tensors_and_fingerprints_work_chunk_by_chunk(monkeypatch):
     assert verify.kept_copy(x) is not x and verify.same_tensors([verify.kept_copy(x)], [x])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="page-locked host copies are of GPU tensors (needs a GPU)")
+def test_large_host_copies_of_gpu_tensors_are_page_locked_and_exact(monkeypatch):
+    """The judge's host-kept references and kept copies go through page-locked memory (fast both ways), with
+    the same values; the cached blocks are released at the end of an evaluation."""
+    monkeypatch.setattr(verify, "PINNED_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(verify, "HOST_COPY_BYTES", 1 << 20)
+    x = torch.randn(1 << 19, dtype=torch.float64, device="cuda")  # 4 MiB
+    for host in (verify._on_host(x), verify.kept_copy(x)):
+        assert host.device.type == "cpu" and host.is_pinned() and torch.equal(host, x.cpu())
+    small = torch.randn(100, device="cuda")
+    assert not verify._on_host(small).is_pinned() and torch.equal(verify._on_host(small), small.cpu())
+    verify.release_pinned()
+
+
 def test_static_checks():
     assert detect_language((CANDIDATES / "good_triton_softmax.py").read_text()) == "triton"
     assert detect_language((CANDIDATES / "cuda_light_softmax.py").read_text()) == "cuda"

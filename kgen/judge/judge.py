@@ -564,6 +564,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             self.arena = None
         if self.gpu:
             torch.cuda.empty_cache()
+            verify.release_pinned()
 
 
 def prebuild_cuda(problem: Problem, source: str, settings: EvalSettings, mode: SandboxMode) -> tuple[str, str, list]:
