@@ -281,3 +281,40 @@ def test_the_interpreter_facts_hold_for_the_installed_triton(interpreter_found):
     assert not interpreter_found["xchg_f32"]  # the exception the atomics fact names
     assert interpreter_found["descriptor"]  # what the block-pointer fact recommends instead
     assert not interpreter_found["arange_10"]  # TRITON_FACTS: tl.arange needs a power of 2
+
+
+def test_the_prompt_states_the_mode_the_judge_calls_the_modules_in(tmp_path):
+    """The prompt says eval mode (BatchNorm on its running statistics); a BatchNorm kernel written that way is
+    correct through `kgen eval`, the same kernel fed the batch's statistics (KernelBench's training-mode
+    call) is not: the statement and the judge agree."""
+    problem_file = REPO / "tests/candidates/batchnorm_problem.py"
+    text = PromptRenderer().render("system.j2", prompt_context(load_problem(str(problem_file), "small"), History(),
+                                                               "triton"))
+    assert ("- Mode: `Model` and `ModelNew` are both called in eval mode (`.train(False)`), under `torch.no_grad()`: "
+            "BatchNorm normalizes with its running statistics") in text
+    assert load_problem(str(problem_file), "small").make_model(0).training is False
+    eval_mode = REPO / "tests/candidates/batchnorm_eval_mode.py"
+    train_mode = tmp_path / "batchnorm_train_mode.py"
+    train_mode.write_text(eval_mode.read_text().replace("MODE_TRAINING = False", "MODE_TRAINING = True"))
+    env = dict(os.environ, KGEN_CACHE_DIR=str(tmp_path / "cache"))
+    outcomes = {}
+    for name, candidate in (("eval", eval_mode), ("train", train_mode)):
+        done = subprocess.run([sys.executable, "-m", "kgen", "eval", str(problem_file), str(candidate), "--device",
+                               "cpu", "--size", "small", "--json"], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+        assert done.returncode == 0, done.stderr
+        outcomes[name] = json.loads(done.stdout)
+    assert outcomes["eval"]["outcome"] == "correct", outcomes["eval"]["message"]
+    assert outcomes["train"]["outcome"] == "incorrect", outcomes["train"]["message"]
+
+
+def test_the_prompt_states_the_timed_runs_launch_shadow():
+    """On a GPU run the prompt says host work under the runner's GPU-side wait is not timed, from its constant."""
+    from kgen.harness.runner import LAUNCH_SHADOW_CYCLES
+
+    from evaluators import H100
+
+    problem = load_problem("softmax", "small")
+    text = PromptRenderer().render("system.j2", prompt_context(problem, History(evaluator=H100), "triton"))
+    ms = round(LAUNCH_SHADOW_CYCLES / 2e9 * 1e3, 1)
+    assert f"Each timed call is enqueued behind a GPU-side wait of about {ms} ms" in text

@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+# The mode every reference and candidate is called in (Problem.make_model; the runner's ModelNew): eval,
+# so BatchNorm normalizes with its running statistics and Dropout is off. KernelBench's own eval calls the
+# modules in their default (training) mode; the prompt states ours (kgen.proposers.prompt_facts).
+REFERENCE_TRAINING = False
+
 
 class Outcome(str, Enum):
     """What an evaluation concluded. The values are the strings stored in the DB and printed."""

@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kgen.core import pyast
 from kgen.core.errors import KgenError
-from kgen.core.records import SIZES
+from kgen.core.records import REFERENCE_TRAINING, SIZES
 from kgen.core.resources import problems_dir
 
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
@@ -70,6 +70,7 @@ SEMANTIC_ARGS = frozenset({"kernel_size", "stride", "padding", "dilation", "outp
 # The same, as nn.Module attributes (some, like num_heads, never reach an operator as an argument).
 SEMANTIC_ATTRS = ("kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "num_groups",
                   "num_heads", "upscale_factor", "downscale_factor", "scale_factor", "padding_mode", "dim")
+
 
 
 def problem_names() -> list[str]:
@@ -311,7 +312,7 @@ class Problem:
                     p.add_(0.1 * noise * (p.abs().mean() + 1))
                 elif p.is_floating_point() and p.numel() == 1:
                     p.add_(0.1)
-        return model.eval()
+        return model.train(REFERENCE_TRAINING)
 
     def make_inputs(self, seed: int, device: str | torch.device = "cpu", scale: float = 1.0) -> list[Any]:
         """Fresh random inputs from `seed`; floating inputs that came out constant (zeros) are
