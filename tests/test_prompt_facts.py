@@ -284,28 +284,31 @@ def test_the_interpreter_facts_hold_for_the_installed_triton(interpreter_found):
 
 
 def test_the_prompt_states_the_mode_the_judge_calls_the_modules_in(tmp_path):
-    """The prompt says eval mode (BatchNorm on its running statistics); a BatchNorm kernel written that way is
-    correct through `kgen eval`, the same kernel fed the batch's statistics (KernelBench's training-mode
-    call) is not: the statement and the judge agree."""
+    """KernelBench's mode: the module as built (training: BatchNorm on the batch's statistics), dropout off.
+    The prompt says so; a BatchNorm kernel on the batch's statistics that skips the dropout is correct through
+    `kgen eval`, the same kernel on the running statistics (an eval-mode call) is not."""
     problem_file = REPO / "tests/candidates/batchnorm_problem.py"
-    text = PromptRenderer().render("system.j2", prompt_context(load_problem(str(problem_file), "small"), History(),
-                                                               "triton"))
-    assert ("- Mode: `Model` and `ModelNew` are both called in eval mode (`.train(False)`), under `torch.no_grad()`: "
-            "BatchNorm normalizes with its running statistics") in text
-    assert load_problem(str(problem_file), "small").make_model(0).training is False
-    eval_mode = REPO / "tests/candidates/batchnorm_eval_mode.py"
-    train_mode = tmp_path / "batchnorm_train_mode.py"
-    train_mode.write_text(eval_mode.read_text().replace("MODE_TRAINING = False", "MODE_TRAINING = True"))
+    problem = load_problem(str(problem_file), "small")
+    text = " ".join(PromptRenderer().render("system.j2", prompt_context(problem, History(), "triton")).split())
+    assert ("- Mode: `Model` is called in the mode its `__init__` leaves it in (training mode here: nn.Module's "
+            "default, as KernelBench calls its modules) and `ModelNew` in the same (`.train(True)`), under "
+            "`torch.no_grad()`, with every dropout layer switched off") in text
+    assert "BatchNorm normalizes with this batch's statistics" in text
+    model = problem.make_model(0)
+    assert model.training and not model.dropout.training
+    batch_stats = REPO / "tests/candidates/batchnorm_kernel.py"
+    running_stats = tmp_path / "batchnorm_running_stats.py"
+    running_stats.write_text(batch_stats.read_text().replace("MODE_TRAINING = True", "MODE_TRAINING = False"))
     env = dict(os.environ, KGEN_CACHE_DIR=str(tmp_path / "cache"))
     outcomes = {}
-    for name, candidate in (("eval", eval_mode), ("train", train_mode)):
+    for name, candidate in (("batch", batch_stats), ("running", running_stats)):
         done = subprocess.run([sys.executable, "-m", "kgen", "eval", str(problem_file), str(candidate), "--device",
                                "cpu", "--size", "small", "--json"], capture_output=True, text=True, cwd=tmp_path,
                               env=env, timeout=600)
         assert done.returncode == 0, done.stderr
         outcomes[name] = json.loads(done.stdout)
-    assert outcomes["eval"]["outcome"] == "correct", outcomes["eval"]["message"]
-    assert outcomes["train"]["outcome"] == "incorrect", outcomes["train"]["message"]
+    assert outcomes["batch"]["outcome"] == "correct", outcomes["batch"]["message"]
+    assert outcomes["running"]["outcome"] == "incorrect", outcomes["running"]["message"]
 
 
 def test_the_prompt_states_the_timed_runs_launch_shadow():

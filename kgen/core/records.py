@@ -6,10 +6,21 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-# The mode every reference and candidate is called in (Problem.make_model; the runner's ModelNew): eval,
-# so BatchNorm normalizes with its running statistics and Dropout is off. KernelBench's own eval calls the
-# modules in their default (training) mode; the prompt states ours (kgen.proposers.prompt_facts).
-REFERENCE_TRAINING = False
+
+def judged_mode(model: Any, training: bool) -> Any:
+    """Put `model` (an nn.Module) in the mode the judge calls references and candidates in, and return it:
+    `training` is the reference's mode as its `__init__` leaves it (nn.Module's default, training, unless it
+    says otherwise: KernelBench calls its modules so, and published kernels for its BatchNorm problems compute
+    the batch's statistics), with every dropout layer off, so the reference is a function of its inputs and
+    weights (a dropout mask drawn in float32 and in float64 differs). Problem.make_model, the runner's
+    ModelNew and the prompt (kgen.proposers.prompts) all go through here."""
+    import torch
+
+    model.train(training)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.eval()
+    return model
 
 
 class Outcome(str, Enum):

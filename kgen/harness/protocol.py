@@ -230,4 +230,5 @@ class RunnerJob:
     publish_to: Optional[str] = None  # compile: where the compiled Triton kernels go (writable)
     seal: bool = True  # run: load the no-new-processes seccomp filter (off only with --no-sandbox)
     block_threads: bool = True  # the seal refuses new threads too: torch, triton and CUDA have started theirs
+    training: bool = True  # ModelNew's mode: the reference's (kgen.core.records.judged_mode)
     type: str = "job"

@@ -31,7 +31,7 @@ import traceback
 from time import perf_counter
 from typing import Any, ClassVar, Optional
 
-from kgen.core.records import REFERENCE_TRAINING
+from kgen.core.records import judged_mode
 from kgen.harness.protocol import Channel, ChannelClosed, Layout, RunnerJob, decode_value, open_arena
 
 # GPU clock cycles the GPU waits before each timed run's start event (about 1 ms at Hopper's 1.98 GHz):
@@ -494,7 +494,7 @@ class Runner:
                 model = cls(*self.init_inputs)
             model = model.to(self.device)
             weights = copy_weights(model, self.state)
-            self.models[module] = model.train(REFERENCE_TRAINING)  # the reference's mode (kgen.problems.problem)
+            self.models[module] = judged_mode(model, self.job.training)  # the reference's mode
         except BaseException as e:  # noqa: BLE001 - whatever the candidate raised is its outcome
             self.fail(e, stage, module)
             return

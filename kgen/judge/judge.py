@@ -298,7 +298,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.output_regions = outputs
         return RunnerJob(mode="run", device=str(self.device), arena_kind=self.arena.kind, layout=layout.to_json(),
                          args=args, init_inputs=init_inputs, weights=weights, outputs=outputs,
-                         model_seed=self.model_seed, env=self.build_env())
+                         model_seed=self.model_seed, env=self.build_env(), training=self.reference.training)
 
     def region(self, name: str) -> torch.Tensor:
         return self.arena.tensor(self.layout.regions[name])

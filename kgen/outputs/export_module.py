@@ -228,6 +228,15 @@ _entry_references = {}
 _entry_warned = set()
 
 
+def _entry_judged_mode(model):
+    """The mode kgen verified the kernel in: as the module's __init__ leaves it (nn.Module's default is
+    training, as KernelBench calls its modules), with every dropout layer off."""
+    for m in model.modules():
+        if isinstance(m, _entry_torch.nn.modules.dropout._DropoutNd):
+            m.eval()
+    return model
+
+
 def _entry_check_tensor(name, value, shape, dtype, device, differs):
     """Raise where the call is wrong for the reference too; note in `differs` where it is only not
     what kgen verified the kernel on. Returns the device the tensors are on."""
@@ -258,7 +267,7 @@ def _entry_model(init_inputs, device):
     key = (repr(init_inputs), str(device))
     if key not in _entry_models:
         with _entry_torch.device(device):
-            _entry_models[key] = ModelNew(*init_inputs).eval()
+            _entry_models[key] = _entry_judged_mode(ModelNew(*init_inputs))
     return _entry_models[key]
 
 
@@ -271,7 +280,7 @@ def _entry_reference(init_inputs, device):
     key = (repr(init_inputs), str(device))
     if key not in _entry_references:
         with _entry_torch.device(device):
-            _entry_references[key] = _entry_references["namespace"]["Model"](*init_inputs).eval()
+            _entry_references[key] = _entry_judged_mode(_entry_references["namespace"]["Model"](*init_inputs))
     return _entry_references[key]
 
 
@@ -440,7 +449,10 @@ def _setup(seed):
     ref = _reference()
     torch.manual_seed(seed)
     init_inputs = list(ref["get_init_inputs"]())
-    model = ref["Model"](*init_inputs).to(DEVICE).eval()
+    model = ref["Model"](*init_inputs).to(DEVICE)
+    for m in model.modules():  # the mode kgen judged in: as built (training by default), dropout off
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.eval()
     noise = torch.Generator().manual_seed(seed + 7919)
     with torch.no_grad():
         for p in model.parameters():

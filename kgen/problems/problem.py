@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kgen.core import pyast
 from kgen.core.errors import KgenError
-from kgen.core.records import REFERENCE_TRAINING, SIZES
+from kgen.core.records import SIZES, judged_mode
 from kgen.core.resources import problems_dir
 
 # Inputs + parameters + outputs, in elements, that the small size aims under: a few seconds of
@@ -312,7 +312,7 @@ class Problem:
                     p.add_(0.1 * noise * (p.abs().mean() + 1))
                 elif p.is_floating_point() and p.numel() == 1:
                     p.add_(0.1)
-        return model.train(REFERENCE_TRAINING)
+        return judged_mode(model, model.training)  # the mode its __init__ left it in, dropout off
 
     def make_inputs(self, seed: int, device: str | torch.device = "cpu", scale: float = 1.0) -> list[Any]:
         """Fresh random inputs from `seed`; floating inputs that came out constant (zeros) are

@@ -76,14 +76,12 @@ def free_torch_ops() -> list[str]:
 def judge_facts(timeout_s: Optional[float] = None) -> dict[str, Any]:
     """The numbers of the judge's rules that the prompt quotes; `timeout_s`: the run's time limit
     (a search's `--timeout`), else the judge's default."""
-    from kgen.core.records import REFERENCE_TRAINING
     from kgen.harness.runner import LAUNCH_SHADOW_CYCLES
     from kgen.judge.audit import TORCH_WORK_LIMIT
 
     settings = EvalSettings()
     return {"trials": max(int(settings.trials), 5), "last_trial_scale": 100, "torch_work_limit_pct":
             round(100 * TORCH_WORK_LIMIT), "timeout_s": timeout_s or settings.timeout_s,
-            "training": REFERENCE_TRAINING,  # the mode Model and ModelNew are called in
             # the GPU-side wait before each timed run: host work in forward shorter than it is not timed
             "launch_shadow_ms": round(LAUNCH_SHADOW_CYCLES / 2e9 * 1e3, 1)}
 

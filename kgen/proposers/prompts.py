@@ -24,6 +24,8 @@ The variables every template sees (see `prompt_context`):
                  rule, for the problem's dtype and rtol, the default rtol unless one is given)
   failure        (repair.j2 only) the failure to fix, as in `failures`
   state_dict     the reference's parameters and buffers as `name (shape dtype)`, in state-dict order
+  mode           {training, dropout}: the mode the judge calls Model and ModelNew in, and whether dropout
+                 layers are switched off for it (reference_mode)
   facts          kgen.proposers.prompt_facts.prompt_facts: versions, device properties (GPU), forbidden calls,
                  torch operators that are not work, the judge's numbers, the interpreter's behaviour
 The device, ceilings, versions and properties are the evaluating machine's, stored with the run
@@ -114,6 +116,21 @@ def evaluating_machine(history: History) -> EvaluatorFacts:
     return EvaluatorFacts(device="cpu", versions=_versions())
 
 
+def reference_mode(problem: Problem) -> dict[str, bool]:
+    """The mode the judge calls `problem`'s Model and ModelNew in (kgen.core.records.judged_mode: as the
+    reference's __init__ leaves it, dropout layers off), and whether it has dropout layers to switch off."""
+    import torch
+
+    from kgen.core.records import judged_mode
+
+    with problem_code(problem, "building the reference on the meta device"), on_device("meta"):
+        model = problem.module.Model(*problem.init_inputs())
+    training = model.training
+    dropout = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules())
+    judged_mode(model, training)  # what the judge does, so a change there shows here
+    return {"training": model.training, "dropout": dropout}
+
+
 def prompt_context(problem: Problem, history: History, language: str = "any", round_index: int = 0,
                    rtol: Optional[float] = None) -> dict[str, Any]:
     """Everything the templates may use, as plain values (documented in this module's docstring)."""
@@ -144,6 +161,7 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "correct_count": history.correct_count,
         "tried_count": len(history.tried_hashes),
         "state_dict": reference_state(problem),
+        "mode": reference_mode(problem),
         "facts": prompt_facts(machine, history.timeout_s),
     }
 

