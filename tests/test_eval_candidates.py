@@ -61,7 +61,8 @@ EXPECTED = {
     "cuda_compile_error": "compile_error",
 }
 GPU_ONLY = {"cuda_illegal_address"}
-ELSEWHERE = {"honest_fp32_attention", "tf32_matmul", "triton_cumprod", "triton_mse_scalar"}  # other problems: test_tolerance.py
+ELSEWHERE = {"honest_fp32_attention", "tf32_matmul", "triton_cumprod", "triton_mse_scalar",  # other problems: test_tolerance.py
+             "batchnorm_problem", "batchnorm_kernel"}  # the judge's mode: test_prompt_facts.py
 # through the CLI too: one of each kind of ending
 CLI_CHECKED = ["good_triton_softmax", "cuda_light_softmax", "torch_softmax_token", "low_precision", "segfault",
                "infinite_loop", "reads_secrets", "syntax_error"]

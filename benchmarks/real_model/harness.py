@@ -321,6 +321,8 @@ def render(work: Path, round_no: int, paths: Optional[list[str]], size: str, lan
             problem = load_problem(path, settings.size)
             history = build_history(db, problem, run_id=run_id,
                                     evaluator=evaluating_machine(work, db, settings, name))
+            if history.timeout_s is None:  # round 1 has no run yet: its run will judge with the harness's limit
+                history.timeout_s = settings.timeout_s
             proposer = OpenAIProposer(problem=problem, model=FILE_MODEL, base_url="http://127.0.0.1:9/v1",
                                       api_key="unused", language=settings.language,
                                       renderer=PromptRenderer(settings.prompts_dir))
