@@ -90,6 +90,24 @@ def test_a_runs_history_takes_the_evaluator_stored_with_it(tmp_path):
     db.close()
 
 
+def test_the_prompt_says_which_tf32_the_baselines_were_allowed(tmp_path):
+    """The candidate must be fp32-accurate; the eager baseline runs with torch's flags as users get them
+    (cuDNN convolutions may use TF32): the prompt says so from the flags stored with the baselines."""
+    db = open_db(str(tmp_path / "results.db"))
+    problem = load_problem("softmax", "small")
+    run_id = create_run(db, problem=problem.name, problem_path=str(problem.path), problem_hash=problem.source_hash,
+                        size="small", proposer="openai", model="m", language="triton", seed=0, rounds=1,
+                        candidates_per_round=1, settings={}, device=H100.device)
+    set_run_evaluator(db, run_id, H100)
+    store_baselines(db, problem, H100.device, {"eager_ms": 2.0, "compile_ms": 1.0,
+                                               "settings": {"allow_tf32_cudnn": True, "allow_tf32_matmul": False}})
+    text = PromptRenderer().render("propose.j2", prompt_context(problem, build_history(db, problem, run_id=run_id),
+                                                                "triton"))
+    assert ("PyTorch: eager 2.000 ms, torch.compile 1.000 ms; torch's flags when they were timed: cuDNN convolutions "
+            "may use TF32, matmuls run in full fp32") in " ".join(text.split())
+    db.close()
+
+
 def test_the_prompt_states_the_runs_own_time_limit(tmp_path):
     """A search run with `--timeout 90` (the real-model harness's runs) tells the model 90 s, not the judge's
     default: the H100 prompts said 300 s while their candidates had 90."""

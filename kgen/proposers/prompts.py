@@ -116,6 +116,19 @@ def evaluating_machine(history: History) -> EvaluatorFacts:
     return EvaluatorFacts(device="cpu", versions=_versions())
 
 
+def baseline_tf32(settings: dict) -> Optional[str]:
+    """What TF32 the baselines were allowed, from the flags kgen.judge.baseline_worker recorded with them
+    (torch's defaults unless the user changed them): the candidate must be fp32-accurate, the baselines may not
+    be. None where nothing was recorded."""
+    conv, matmul = settings.get("allow_tf32_cudnn"), settings.get("allow_tf32_matmul")
+    if conv is None and matmul is None:
+        return None
+    said = {True: "may use TF32", False: "run in full fp32"}
+    return (f"torch's flags when they were timed: cuDNN convolutions {said[bool(conv)]}, matmuls "
+            f"{said[bool(matmul)]} (torch.backends.cudnn.allow_tf32={bool(conv)}, "
+            f"torch.backends.cuda.matmul.allow_tf32={bool(matmul)})")
+
+
 def reference_mode(problem: Problem) -> dict[str, bool]:
     """The mode the judge calls `problem`'s Model and ModelNew in (kgen.core.records.judged_mode: as the
     reference's __init__ leaves it, dropout layers off), and whether it has dropout layers to switch off."""
@@ -152,7 +165,8 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "roofline": {"flops": roof.flops if roof else None, "bytes": roof.bytes_moved if roof else None,
                      "floor_ms": history.floor_ms,
                      "bound": roof.bound(ceil) if roof is not None and ceil is not None else None},
-        "baseline": {"eager_ms": history.baseline_eager_ms, "compile_ms": history.baseline_compile_ms},
+        "baseline": {"eager_ms": history.baseline_eager_ms, "compile_ms": history.baseline_compile_ms,
+                     "tf32": baseline_tf32(history.baseline_settings)},
         "best": [_candidate_view(c, history.profiles, history.ties.get(c.id)) for c in history.best],
         "profiles_note": history.profiles_note,
         "failures": [failure_view(c) for c in history.failures],

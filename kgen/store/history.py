@@ -47,6 +47,7 @@ class History:
     correct_count: int = 0
     baseline_eager_ms: Optional[float] = None
     baseline_compile_ms: Optional[float] = None
+    baseline_settings: dict = field(default_factory=dict)  # torch's flags the baselines ran with (TF32 etc.)
     floor_ms: Optional[float] = None
     roofline: Optional[Roofline] = None
     # the machine that evaluates the candidates, as stored with the run; None: none named (a test's history,
@@ -187,6 +188,7 @@ def build_history(db: Database, problem: Problem, run_id: Optional[int] = None,
                    out_of_resources=out_of_resource_sources(db, problem_hash=problem.source_hash),
                    baseline_eager_ms=base.eager_ms if base else None,
                    baseline_compile_ms=base.compile_ms if base else None,
+                   baseline_settings=dict(base.settings or {}) if base else {},
                    floor_ms=roofline.floor_ms(ceilings), roofline=roofline, evaluator=evaluator,
                    timeout_s=run_time_limit(db, run_id) if run_id is not None else None,
                    profiles=profiles, profiles_note=profiles_note(ceilings is not None))
