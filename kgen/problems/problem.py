@@ -72,7 +72,6 @@ SEMANTIC_ATTRS = ("kernel_size", "stride", "padding", "dilation", "output_paddin
                   "num_heads", "upscale_factor", "downscale_factor", "scale_factor", "padding_mode", "dim")
 
 
-
 def problem_names() -> list[str]:
     d = problems_dir()
     return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []

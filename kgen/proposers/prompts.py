@@ -93,15 +93,19 @@ def reference_source(problem: Problem) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
 
 
-def reference_state(problem: Problem) -> list[str]:
-    """The reference's state dict as `name (shape dtype)`, built on the meta device (no memory): the
-    names and order copy_weights matches `ModelNew`'s state dict against."""
+def meta_reference(problem: Problem) -> Any:
+    """The reference built on the meta device (no memory), for what the prompt says of its state and mode."""
+    with problem_code(problem, "building the reference on the meta device"), on_device("meta"):
+        return problem.module.Model(*problem.init_inputs())
+
+
+def reference_state(model: Any) -> list[str]:
+    """The reference's state dict as `name (shape dtype)`: the names and order copy_weights matches
+    `ModelNew`'s state dict against."""
     import torch
 
-    with problem_code(problem, "building the reference on the meta device"), on_device("meta"):
-        state = problem.module.Model(*problem.init_inputs()).state_dict()
     return [f"{name} ({'×'.join(map(str, t.shape)) or 'scalar'} {str(t.dtype).removeprefix('torch.')})"
-            for name, t in state.items() if isinstance(t, torch.Tensor)]
+            for name, t in model.state_dict().items() if isinstance(t, torch.Tensor)]
 
 
 def evaluating_machine(history: History) -> EvaluatorFacts:
@@ -129,18 +133,12 @@ def baseline_tf32(settings: dict) -> Optional[str]:
             f"torch.backends.cuda.matmul.allow_tf32={bool(matmul)})")
 
 
-def reference_mode(problem: Problem) -> dict[str, bool]:
-    """The mode the judge calls `problem`'s Model and ModelNew in (kgen.core.records.judged_mode: as the
-    reference's __init__ leaves it, dropout layers off), and whether it has dropout layers to switch off."""
+def reference_mode(model: Any) -> dict[str, bool]:
+    """The mode the judge calls Model and ModelNew in (kgen.core.records.judged_mode: as the reference's
+    __init__ leaves it, dropout layers off), and whether it has dropout layers to switch off."""
     import torch
 
-    from kgen.core.records import judged_mode
-
-    with problem_code(problem, "building the reference on the meta device"), on_device("meta"):
-        model = problem.module.Model(*problem.init_inputs())
-    training = model.training
     dropout = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in model.modules())
-    judged_mode(model, training)  # what the judge does, so a change there shows here
     return {"training": model.training, "dropout": dropout}
 
 
@@ -151,6 +149,7 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
 
     machine = evaluating_machine(history)
     roof, ceil = history.roofline, machine.ceilings
+    reference = meta_reference(problem)
     return {
         "tolerance_rule": tolerance_rule_text(problem.dtype, rtol),
         "problem": {"name": problem.name, "size": problem.size, "source": reference_source(problem),
@@ -174,8 +173,8 @@ def prompt_context(problem: Problem, history: History, language: str = "any", ro
         "round_index": round_index,
         "correct_count": history.correct_count,
         "tried_count": len(history.tried_hashes),
-        "state_dict": reference_state(problem),
-        "mode": reference_mode(problem),
+        "state_dict": reference_state(reference),
+        "mode": reference_mode(reference),
         "facts": prompt_facts(machine, history.timeout_s),
     }
 

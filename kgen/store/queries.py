@@ -8,7 +8,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from sqlalchemy import func, select
 
@@ -70,19 +70,22 @@ def set_run_evaluator(db: Database, run_id: int, facts: EvaluatorFacts) -> None:
         run.settings = dict(run.settings or {}, evaluator=facts.to_json())
 
 
-def run_evaluator(db: Database, run_id: int) -> Optional[EvaluatorFacts]:
-    """The evaluating machine stored with run `run_id`, or None (a run from before kgen stored it)."""
+def _run_setting(db: Database, run_id: int, key: str) -> Any:
+    """One key of run `run_id`'s stored settings, or None (no such run, or a run from before kgen stored it)."""
     with db.reader() as s:
         run = s.get(Run, run_id)
-        data = (run.settings or {}).get("evaluator") if run is not None else None
+        return (run.settings or {}).get(key) if run is not None else None
+
+
+def run_evaluator(db: Database, run_id: int) -> Optional[EvaluatorFacts]:
+    """The evaluating machine stored with run `run_id`, or None (a run from before kgen stored it)."""
+    data = _run_setting(db, run_id, "evaluator")
     return EvaluatorFacts.from_json(data) if data is not None else None
 
 
 def run_time_limit(db: Database, run_id: int) -> Optional[float]:
     """The judge's per-candidate time limit run `run_id` evaluates with (`--timeout`), or None."""
-    with db.reader() as s:
-        run = s.get(Run, run_id)
-        value = (run.settings or {}).get("timeout_s") if run is not None else None
+    value = _run_setting(db, run_id, "timeout_s")
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
