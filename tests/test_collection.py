@@ -347,6 +347,72 @@ def test_on_gpus_each_problems_baselines_are_timed_once_on_an_evaluator_before_i
     assert [(c.label, c.verdict) for c in s.claims] == [("s0", "does not hold"), ("r0", "holds")]
 
 
+
+class _GpuWithMemory(_GpuStandIn):
+    """A pretend GPU with 7 GiB free (3.5 GiB for baselines: three of ~1 GiB each) whose baselines write when
+    each starts and ends to the file KGEN_TEST_BASELINES_LOG names."""
+
+    def gpu_free_bytes(self):
+        return 7 << 30
+
+    def baselines(self, problem, max_autotune):
+        import os
+
+        with open(os.environ["KGEN_TEST_BASELINES_LOG"], "a") as log:
+            log.write(f"{time.time()} 1\n")
+        time.sleep(2.0)
+        with open(os.environ["KGEN_TEST_BASELINES_LOG"], "a") as log:
+            log.write(f"{time.time()} -1\n")
+        return {"eager_ms": 2.0, "compile_ms": 1.0, "settings": {"stand_in": True}}
+
+
+def test_baselines_in_flight_follow_the_gpus_free_memory_and_the_cpus(tmp_path, monkeypatch):
+    """Five problems, one evaluator with 8 CPUs (4 baselines at once by its CPUs) and 7 GiB of free GPU memory
+    (3 by memory): 3 in flight at once, not the old constant 2 nor the CPUs' 4; every candidate gets its speedups."""
+    import logging
+    import os
+
+    import ray
+    from ray import cloudpickle
+
+    from kgen.search.cluster import Cluster, Placement
+    from kgen.search.collection import CollectionConfig, CollectionProgress, run_collection
+    from kgen.search.workers import Stages
+
+    monkeypatch.setattr(Stages, "evaluator_class", _GpuWithMemory)
+    monkeypatch.setattr(Stages, "compile_function", staticmethod(_compiled_at_once))
+    log = tmp_path / "baselines.log"
+    log.touch()
+    good = str(CANDIDATES / "good_triton_softmax.py")
+    lines = []
+    for op in ("relu", "tanh", "sigmoid", "exp", "abs"):
+        ref = tmp_path / f"{op}_ref.py"
+        ref.write_text(SOFTMAX.read_text().replace("torch.softmax(x, dim=1)", f"torch.{op}(x)"))
+        lines.append({"name": op, "reference": str(ref), "candidate": good})
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    saved_env = dict(os.environ)
+    os.environ["KGEN_TEST_BASELINES_LOG"] = str(log)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    out = io.StringIO()
+    try:
+        cluster = Cluster(address=None, num_cpus=8, num_gpus=1, placement=Placement(1, dict(num_cpus=0.5)))
+        run_collection(str(tmp_path / "r.db"), CollectionConfig(collection=str(path), size="small"),
+                       cluster=cluster, progress=CollectionProgress(out))
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        os.environ.clear()
+        os.environ.update(saved_env)
+    events = sorted((float(t), int(d)) for t, d in (line.split() for line in log.read_text().splitlines()))
+    in_flight = [sum(d for _, d in events[:k + 1]) for k in range(len(events))]
+    assert len(events) == 10 and max(in_flight) == 3
+    assert "up to 4 at once per GPU as its memory allows" in out.getvalue()
+    db = tmp_path / "r.db"
+    assert rows(db, "SELECT COUNT(*) FROM baselines") == [(5,)]
+    assert rows(db, "SELECT COUNT(*) FROM evaluations WHERE eager_ms = 2.0 AND speedup_eager = 4.0") == [(5,)]
+
 def test_a_quiet_collection_says_what_it_waits_for():
     """While nothing finishes (CUDA builds, a long evaluation) the run prints, once a minute, what is in the
     compile stage, queued, and on each evaluator for how long; the stages report exactly what they hold."""
@@ -371,3 +437,55 @@ def test_a_quiet_collection_says_what_it_waits_for():
     assert line.startswith("kgen: waiting: 2 in the compile stage") and "1 compiled and queued" in line
     assert "gpt-4o L1 19_ReLU for 1 min 3" in line  # 95 s
     assert progress.quiet_for() < 1.0  # the line itself resets the clock: one line a minute, not one a poll
+
+
+def test_the_eta_waits_for_a_few_results_then_follows_the_recent_pace(monkeypatch):
+    """The 240-entry run's log: a static rejection at 8 s gave "ETA 31 min", the first GPU result at 160 s
+    "326 min", then the ETA fell with every quick result. Now: no ETA before ETA_AFTER results, then the pace
+    since the start, then the pace of the last ETA_WINDOW results only."""
+    from types import SimpleNamespace
+
+    from kgen.search import collection
+    from kgen.search.collection import ETA_AFTER, ETA_WINDOW, CollectionProgress
+
+    clock = [0.0]
+    monkeypatch.setattr(collection, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    out = io.StringIO()
+    progress = CollectionProgress(out)
+    progress.start(total=240, done=0)
+
+    def finish_at(t: float) -> str:
+        clock[0] = t
+        progress.finished("entry", "correct", None)
+        return out.getvalue().splitlines()[-1].rsplit("| ", 1)[1]
+
+    assert finish_at(8.0) == f"ETA after {ETA_AFTER} results"
+    assert [finish_at(t) for t in (160.0, 170.0, 175.0)] == [f"ETA after {ETA_AFTER} results"] * 3
+    assert finish_at(178.0) == "ETA 139 min 26 s"  # 178 s / 5 results x 235 left
+    t = 178.0
+    for _ in range(ETA_WINDOW + 5):  # a steady 40 s a result: the window holds only these
+        t += 40.0
+        line = finish_at(t)
+    assert progress.done == 40 and line == "ETA 133 min 20 s"  # 40 s x 200 left
+    for _ in range(3):  # a burst of quick ones moves it by their share of the window only
+        t += 1.0
+        line = finish_at(t)
+    assert line == "ETA 118 min 05 s"  # (26 x 40 s + 3 x 1 s) / 29 intervals x 197 left
+
+
+def test_a_resumed_runs_eta_counts_only_this_sessions_results(monkeypatch):
+    """A resumed run's ETA counts only this session's results (the stored ones came in another session)."""
+    from types import SimpleNamespace
+
+    from kgen.search import collection
+    from kgen.search.collection import ETA_AFTER, CollectionProgress
+
+    clock = [0.0]
+    monkeypatch.setattr(collection, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    out = io.StringIO()
+    progress = CollectionProgress(out)
+    progress.start(total=100, done=40)
+    for k in range(ETA_AFTER):
+        clock[0] = 10.0 * (k + 1)
+        progress.finished("entry", "correct", None)
+    assert out.getvalue().splitlines()[-1].endswith("| ETA 9 min 10 s")  # 10 s a result, 55 left

@@ -26,13 +26,14 @@ import json
 import re
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
 from kgen.core.errors import KgenError
 from kgen.core.records import EvalSettings, Proposal
+from kgen.search.baseline_queue import BaselineQueue, footprint_bytes
 from kgen.search.collection_summary import BAD_ROW, PENDING, EntryResult
 from kgen.store import queries
 from kgen.store.db import Database, open_db
@@ -230,17 +231,23 @@ def load_references(entries: list[Entry], size: str) -> dict[str, object]:
 # ---- progress ----
 
 QUIET_LINE_S = 60.0  # after this long without a line, one saying what is in flight
+# The ETA: none before ETA_AFTER results of this session (the first come from the cheapest stage: static
+# rejections in seconds, while the GPU waits for its first build); then the pace of the last ETA_WINDOW
+# results (from the start until there are that many), so a fast or slow stretch moves it only so far.
+ETA_AFTER = 5
+ETA_WINDOW = 30
 
 
 class CollectionProgress:
     """One line per finished entry (on stderr): done/total, its outcome, the counts so far and an ETA
-    from this session's pace."""
+    from this session's recent pace."""
 
     def __init__(self, stream: Optional[TextIO] = None):
         self.stream = stream or sys.stderr
         self.counts: Counter = Counter()
         self.done = self.total = self._done_before = 0
         self.started = self._last_line = time.monotonic()
+        self._finished_at: deque = deque(maxlen=ETA_WINDOW)  # when (monotonic) the latest results came
 
     def note(self, text: str) -> None:
         print(f"kgen: {text}", file=self.stream, flush=True)
@@ -249,6 +256,7 @@ class CollectionProgress:
     def start(self, total: int, done: int) -> None:
         self.total, self.done, self._done_before = total, done, done
         self.started = time.monotonic()
+        self._finished_at.clear()
 
     def quiet_for(self) -> float:
         """Seconds since the last line."""
@@ -260,15 +268,24 @@ class CollectionProgress:
         self.note(f"waiting: {compiling} in the compile stage (static checks, builds), {ready} compiled and queued "
                   f"for an evaluator, on the evaluators: {gpus}")
 
+    def eta(self) -> str:
+        """The time left at the recent pace: the span of the last ETA_WINDOW results (back to the start while
+        there are fewer) over their count; none before ETA_AFTER results."""
+        here = self.done - self._done_before
+        if here < ETA_AFTER:
+            return f"ETA after {ETA_AFTER} results"
+        since = self._finished_at[0] if here > ETA_WINDOW else self.started
+        count = len(self._finished_at) - 1 if here > ETA_WINDOW else here
+        pace_s = (self._finished_at[-1] - since) / count
+        return f"ETA {_duration(pace_s * (self.total - self.done))}"
+
     def finished(self, label: str, outcome: str, speedup: Optional[float]) -> None:
         self.done += 1
         self.counts[outcome] += 1
-        here = self.done - self._done_before
-        left = self.total - self.done
-        eta = (time.monotonic() - self.started) / here * left if here else 0.0
+        self._finished_at.append(time.monotonic())
         speed = f" {speedup:.2f}x eager" if speedup else ""
         counts = ", ".join(f"{o} {n}" for o, n in self.counts.most_common())
-        print(f"[{self.done}/{self.total}] {label}: {outcome}{speed} | {counts} | ETA {_duration(eta)}",
+        print(f"[{self.done}/{self.total}] {label}: {outcome}{speed} | {counts} | {self.eta()}",
               file=self.stream, flush=True)
         self._last_line = time.monotonic()
 
@@ -397,24 +414,33 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
                       by_problem[e.reference])
     pending = {}  # baseline ref -> reference
     early: dict[str, list[int]] = {}  # reference -> its evaluations stored before its baselines were in
+    queue, awaited = None, set()  # awaited: the references whose baselines are still to come
     if device.name != "cpu":
         for reference, settings in by_problem.items():
             _set_floor(settings, problems[reference])
             row = kgen_baselines.cached_baselines(db, problems[reference], device.name)
             if row is not None:
                 settings.baseline_eager_ms, settings.baseline_compile_ms = row.eager_ms, row.compile_ms
+        # in the order their entries went to the compile stage: the order they reach the GPU
         missing = [r for r, settings in by_problem.items() if settings.baseline_eager_ms is None]
+        awaited = set(missing)
         if missing:
+            queue = BaselineQueue(missing, {r: footprint_bytes(problems[r]) for r in missing},
+                                  stages.gpu_free_bytes(), stages.baselines_at_once)
             progress.note(f"timing the baselines of {len(missing)} problem(s) (eager, torch.compile; kept in the "
-                          "DB) on the GPUs beside the candidates (only the timed runs take turns)")
-        for k, reference in enumerate(missing):  # spread over the evaluators, each compiling two at a time
-            problem = problems[reference]
-            ref = stages.time_baselines((problem_ref(str(problem.path)), problem.size, problem.source_hash),
-                                        k % stages.evaluator_count)
-            pending[ref] = reference
-    while stages.in_flight or pending:
-        if pending:
-            _collect_baselines(db, pending, problems, by_problem, device.name, progress, early)
+                          f"DB) on the GPUs beside the candidates, up to {queue.cap} at once per GPU as its memory "
+                          "allows (only the timed runs take turns)")
+    while stages.in_flight or pending or queue:
+        if queue:
+            if pending:
+                for reference in _collect_baselines(db, pending, problems, by_problem, device.name, progress, early):
+                    queue.finished(reference)
+                    awaited.discard(reference)
+            # a problem with candidates compiled and waiting for the GPU first: their speedups are wanted now
+            for reference, index in queue.next_starts(reference_of[c] for c in stages.queued_ids()):
+                problem = problems[reference]
+                pending[stages.time_baselines((problem_ref(str(problem.path)), problem.size, problem.source_hash),
+                                              index)] = reference
         if progress.quiet_for() >= QUIET_LINE_S:  # a long run is never silent: say what it waits for
             compiling, ready, on_gpu = stages.waiting()
             progress.waiting(compiling, ready, [(label_of.get(cid, f"candidate {cid}"), s) for cid, s in on_gpu])
@@ -425,7 +451,7 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
                 if event.result.eager_ms is None and settings.baseline_eager_ms is not None:  # in since it was sent
                     event.result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
                 evaluation_id = queries.add_evaluation(db, event.candidate_id, event.result)
-                if event.result.eager_ms is None and reference in pending.values():
+                if event.result.eager_ms is None and reference in awaited:
                     early.setdefault(reference, []).append(evaluation_id)  # its speedups when they are in
                 progress.finished(label_of[event.candidate_id], event.result.outcome,
                                   event.result.speedup_eager)
@@ -434,16 +460,18 @@ def _evaluate(db: Database, run_id: int, config: CollectionConfig, entries: list
 
 
 def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: dict, device: str,
-                       progress: CollectionProgress, early: dict[str, list[int]]) -> None:
+                       progress: CollectionProgress, early: dict[str, list[int]]) -> list[str]:
     """Store the baselines that came back, for the candidates still to come and (their speedups) for
-    those evaluated before them."""
+    those evaluated before them; the references whose baselines came back (timed or not)."""
     import ray
 
     from kgen.store import baselines as kgen_baselines
 
     done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+    returned = []
     for ref in done:
         reference = pending.pop(ref)
+        returned.append(reference)
         problem, settings = problems[reference], by_problem[reference]
         try:
             sent = ray.get(ref)
@@ -458,6 +486,7 @@ def _collect_baselines(db: Database, pending: dict, problems: dict, by_problem: 
         settings.baseline_eager_ms, settings.baseline_compile_ms = sent.get("eager_ms"), sent.get("compile_ms")
         if early.get(reference):
             queries.set_baselines(db, early.pop(reference), settings.baseline_eager_ms, settings.baseline_compile_ms)
+    return returned
 
 
 def entry_results(db: Database, run_id: int) -> tuple[list[EntryResult], bool]:
@@ -523,6 +552,8 @@ def run_collection(db: str | None, config: Optional[CollectionConfig] = None, *,
 
             stages = Stages(connected, None, config.size)
             device = stages.device()
+            if device.name != "cpu":  # the first candidates' sandboxes start while the first builds run (on a
+                stages.prestart(config.sandbox, "cuda")  # GPU every language gets a compile step and a runner)
             if run_id is None:
                 run_id = create_collection_run(database, config, entries, device.name)
                 progress.note(f"run {run_id}: {len(entries) - len(bad)} entries to evaluate, {len(bad)} bad row(s), "

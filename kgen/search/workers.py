@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional
 
 from kgen.core.errors import KgenError
 from kgen.core.records import EvalResult, EvalSettings, Outcome
+from kgen.search.baseline_queue import baselines_per_evaluator
 from kgen.search.cluster import Cluster, where_am_i
 
 if TYPE_CHECKING:
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 # A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
 # candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
 ACTOR_GRACE_S = 120.0
-# Problems whose baselines one evaluator compiles at once beside its candidate (each holds its model and
-# inputs on the GPU: more would crowd the candidate's memory at KernelBench's biggest sizes).
-BASELINES_PER_EVALUATOR = 2
 # Attempts a candidate gets after the first when the Ray worker or node running it dies.
 MAX_REQUEUES = 2
 # ... and after a harness_error result.
@@ -212,6 +210,12 @@ class _Evaluator:
         except NcuUnavailable as e:
             return {"unavailable": str(e)}
 
+    def gpu_free_bytes(self) -> Optional[int]:
+        """Free memory on this evaluator's GPU now (what its baselines may share), or None without one."""
+        import torch
+
+        return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+
     def facts(self) -> EvaluatorFacts:
         """This evaluator's machine as the prompts state it: its versions, its GPU's properties and measured
         ceilings (kgen.judge.evaluator_facts; the ceilings from its node's cache, else measured now)."""
@@ -283,9 +287,11 @@ class Stages:
                            else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
         self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
         # baselines run in a concurrency group of their own: they compile beside the candidate being judged
-        # (kgen.judge.gpu_lock keeps their timed runs and its apart), while evaluations stay one at a time
+        # (kgen.judge.gpu_lock keeps their timed runs and its apart), while evaluations stay one at a time; as
+        # many as the evaluator's CPUs allow (kgen.search.baseline_queue: its caller keeps their GPU memory in bounds)
+        self.baselines_at_once = baselines_per_evaluator(cluster.num_cpus, placement.count)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0,
-                                       concurrency_groups={"baselines": BASELINES_PER_EVALUATOR})(self.evaluator_class)
+                                       concurrency_groups={"baselines": self.baselines_at_once})(self.evaluator_class)
         self._actor_options = placement.actor_options
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
@@ -574,9 +580,29 @@ class Stages:
 
     def time_baselines(self, problem: tuple, index: int, max_autotune: bool = False):
         """Send `problem`'s ((problem ref, size, source hash)) baseline timing to evaluator `index`; the ref
-        gives a dict, or None. It runs beside the evaluator's candidates (BASELINES_PER_EVALUATOR at a time,
-        the rest queued): compiling while they are judged, timed under the GPU's timing lock."""
+        gives a dict, or None. It runs beside the evaluator's candidates (`baselines_at_once` at a time, the
+        rest queued): compiling while they are judged, timed under the GPU's timing lock."""
         return self.actors[index].baselines.options(concurrency_group="baselines").remote(problem, max_autotune)
+
+    def gpu_free_bytes(self) -> list[Optional[int]]:
+        """Each evaluator's free GPU memory now (asked in its "baselines" group, beside whatever it does); None
+        for one without a GPU or that does not say (a test's stand-in)."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "gpu_free_bytes"):
+            return [None] * len(self.actors)
+        refs = [actor.gpu_free_bytes.options(concurrency_group="baselines").remote() for actor in self.actors]
+        free: list[Optional[int]] = []
+        for ref in refs:
+            try:
+                free.append(ray.get(ref, timeout=120))
+            except Exception:  # noqa: BLE001 - an evaluator that died or is slow to start: its count limits it
+                free.append(None)
+        return free
+
+    def queued_ids(self) -> list[int]:
+        """The candidates compiled and waiting for an evaluator, first in line first."""
+        return [job.candidate_id for job, _ in self._ready]
 
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """Profile one candidate with Nsight Compute on the first evaluator's GPU (after whatever it is
