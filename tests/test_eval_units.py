@@ -329,6 +329,21 @@ def test_prebuild_rejects_statically_and_passes_triton_on():
     assert result is not None and result.outcome == "compile_error" and "undefined_variable" in result.message
 
 
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups and /proc")
+def test_the_cpu_compile_stage_finishes_a_build_past_the_candidates_time_limit(monkeypatch, tmp_path):
+    """The H100 collection's builds slowed past its 120 s limit under 15 builds at once; the compile stage gave
+    them up and the GPU's compile step built them again, 100 s each with its GPU idle. The stage has a limit of
+    its own (COMPILE_STAGE_S): a build slower than the candidate's limit is finished here."""
+    from kgen.judge.evaluate import prebuild
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))  # a cold build cache: this build is not done yet
+    slow = "import time\ntime.sleep(4)  # a build slowed by a busy machine\n" + \
+        (CANDIDATES / "cuda_light_softmax.py").read_text()
+    info = {}
+    assert prebuild("softmax", slow, EvalSettings(device="cpu", size="small", timeout_s=2.0), info) is None
+    assert info["compile_s"] > 4.0 and [b["kind"] for b in info["builds"]] == ["load_inline"]
+
 def test_kgen_parses_python_one_thread_at_a_time():
     # CPython 3.11's AST constructor is not safe across threads (gh-106905: "AST constructor recursion
     # depth mismatch", seen in CI when two candidates were checked at once), so kgen serializes parses.

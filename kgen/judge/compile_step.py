@@ -10,6 +10,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -22,6 +23,10 @@ from kgen.judge.builds import PREBUILT_SUFFIX, build_key, builds_root
 from kgen.judge.spares import RunnerSlot
 from kgen.judge.verdict import Verdict, _Restart
 from kgen.problems.problem import on_device
+
+# The CPU compile stage's own time limit for a CUDA source's builds (a torch/extension.h build takes 60-100 s of
+# one core alone, twice that with a build on every core; the H100 collection's were cut at its 120 s limit)
+COMPILE_STAGE_S = 600.0
 
 
 class CompileSteps:
@@ -93,6 +98,10 @@ class CompileSteps:
         """The CPU compile stage of a CUDA source (no GPU): the compile step imports it, so its
         load_inline calls build, into the source's `.cuda-prebuilt` directory. Returns (outcome,
         message, builds), outcome "" when it built (or could not tell: the GPU's compile step will)."""
+        # a build here is held to COMPILE_STAGE_S, not the candidate's time limit: nvcc slowed by a busy machine
+        # (a collection's hundreds of builds at once) would otherwise be given up and redone by the GPU's compile
+        # step, on the evaluator, while its GPU waits
+        self.deadline = time.monotonic() + max(self.settings.timeout_s, COMPILE_STAGE_S)
         self.model_seed = secrets.randbelow(2**31 - 1000)
         self.reference = self.problem.make_model(self.model_seed, "cpu")
         with on_device("meta"):  # shapes only: the arena's input pages are never written, so never allocated

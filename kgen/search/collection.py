@@ -14,9 +14,10 @@ The run: every entry is stored as a candidate of one run (proposer `collection`)
 evaluated; the entries, their claims and the bad rows (no reference, unreadable file, a reference that
 needs a package not installed here) are kept in the run's settings. Each result is committed as it
 arrives, so `kgen eval --resume RUN_ID` after Ctrl-C or kill -9 evaluates only what is missing. On a
-GPU, each problem's baselines are timed once (and kept in the DB) on the evaluators, one at a time
-per GPU, before any of that problem's candidates is timed; static checks and CUDA builds run meanwhile
-on the CPUs.
+GPU, each problem's baselines are timed once (and kept in the DB) on the evaluators, beside the candidates,
+as many at once as the GPU's memory and the CPUs allow (kgen.search.baseline_queue), those of problems whose
+candidates wait for the GPU first; a candidate timed before its problem's baselines are in gets its speedups
+when they are. Static checks and CUDA builds run meanwhile on the CPUs.
 """
 
 from __future__ import annotations
