@@ -5,6 +5,8 @@
 #   collection.log   the progress lines (done/total, outcome counts, ETA) and kgen's notes
 #   summary.txt, summary.md, summary.json, entries.csv   the summary (partial if the time ran out)
 #   figures.txt      wall time, evaluations, evaluations per GPU-hour, GPUs
+#   where.txt        where the time went (benchmarks/collection_where.py): evaluators' busy share, first candidate
+#                    on a GPU, CUDA builds left to the GPU's compile step, judge phases, the baselines' pace
 #   runs.txt, leaderboard.txt   `kgen runs` and `kgen leaderboard` on the DB (the run shows there)
 #   h100.db          the results DB
 # Usage (device call, carry benchmarks/collection_kb and .devbundle):  bash benchmarks/collection_gpu.sh [LIMIT_S]
@@ -70,6 +72,7 @@ print(f"run {run}: {done} of {len(results)} entries evaluated, {now} of them in 
       f"{now / (wall / 3600) / max(gpus, 1):.0f} evaluations per GPU-hour on {max(gpus, 1)} GPU(s); "
       f"outcomes {summary.outcomes}")
 PY
+python3 benchmarks/collection_where.py "$KGEN_DB" | tee "$OUT/where.txt"  # busy share, builds left to the GPU
 python3 -m kgen runs --db "$KGEN_DB" > "$OUT/runs.txt" 2>&1
 python3 -m kgen leaderboard --db "$KGEN_DB" --all > "$OUT/leaderboard.txt" 2>&1
 save_db
