@@ -322,11 +322,17 @@ def pch_env() -> dict[str, str]:
     return {} if os.environ.get("KGEN_TORCH_PCH") == "0" else {PCH_ROOT_ENV: str(pch_root())}
 
 
+def pch_flag_set(extra_cflags: list[str]) -> tuple[str, ...]:
+    """A build's C++ flags as PCH_FLAG_SETS lists them: empty ones left out (KernelBench's generations pass
+    `extra_cflags=[""]`, which torch's build line drops: the same build as no flags)."""
+    return tuple(f for f in extra_cflags if f.strip())
+
+
 def usable_torch_pch(extra_cflags: list[str], extra_include_paths: list[str], with_cuda: bool) -> Optional[Path]:
     """Builder side (the candidate's sandbox): the judge's PCH made with exactly this build's C++ flags,
     if there is one; never built here."""
     root = os.environ.get(PCH_ROOT_ENV)
-    if not root or os.environ.get("KGEN_TORCH_PCH") == "0" or tuple(extra_cflags) not in PCH_FLAG_SETS:
+    if not root or os.environ.get("KGEN_TORCH_PCH") == "0" or pch_flag_set(extra_cflags) not in PCH_FLAG_SETS:
         return None
     flags = torch_cxx_flags(extra_cflags, extra_include_paths, with_cuda)
     if flags is None:
@@ -364,7 +370,7 @@ def wanted_pch_flag_sets(source: str) -> list[tuple[str, ...]]:
         except (ValueError, TypeError, SyntaxError, RecursionError):
             continue
         if flags is None or (isinstance(flags, (list, tuple)) and all(isinstance(f, str) for f in flags)):
-            kept = tuple(strip_arch_flags(list(flags or [])).flags)
+            kept = pch_flag_set(strip_arch_flags(list(flags or [])).flags)
             if kept in PCH_FLAG_SETS and kept not in wanted:
                 wanted.append(kept)
     return wanted
