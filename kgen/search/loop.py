@@ -42,6 +42,11 @@ CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Trit
 GPU_CANDIDATES = 8
 NCU_MIN_S = 10.0  # a Nsight Compute profile needs a sandbox, torch, the replays: not started with less left
 NCU_SHARE = 0.15  # of the search's time so far, at most, spent in Nsight Compute profiles (~12-16 s each on an H100)
+# Seconds per round of Nsight Compute profiles, by default, for a proposer whose prompts show them (a model's). The
+# offline and replay proposers read no prompt: a profile there held the GPU for nothing (16.7 s of a 138 s 3x8
+# softmax search on the H100, benchmarks/RESULTS.md, issue 26), so their default is none (`--ncu-budget S` asks).
+NCU_BUDGET_S = 60.0
+PROFILE_READERS = ("openai",)
 
 
 @dataclass
@@ -71,7 +76,9 @@ class SearchConfig:
     baseline_max_autotune: bool = False
     price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.store.ledger)
     price_out: Optional[float] = None
-    ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.judge.ncu_profile); 0: none
+    # Nsight Compute profiles after each round (kgen.judge.ncu_profile); 0: none; None: NCU_BUDGET_S where the
+    # proposer's prompts show them (PROFILE_READERS), else none
+    ncu_budget_s: Optional[float] = None
     ncu_top: int = 2  # ... of the round's fastest new correct candidates (and each one's parent)
 
     @classmethod
@@ -160,6 +167,8 @@ def resolve_defaults(config: SearchConfig) -> SearchConfig:
         config.language = "any" if gpu else "triton"
     if config.candidates is None:
         config.candidates = GPU_CANDIDATES if gpu else CPU_CANDIDATES
+    if config.ncu_budget_s is None:
+        config.ncu_budget_s = NCU_BUDGET_S if config.proposer in PROFILE_READERS else 0.0
     return config
 
 
