@@ -260,3 +260,33 @@ def test_each_gpu_count_pass_of_kgen_bench_gets_fresh_caches_outside_its_out_fol
             os.makedirs(os.path.join(folder, "sub"))
     assert not root.exists()
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine") and "KGEN_CACHE_DIR" not in os.environ
+
+
+def test_a_triton_candidate_leaves_the_compile_stage_without_torch_or_the_problem(tmp_path):
+    """The compile stage has nothing to build for Triton: the static checks pass it on at once, in a fresh worker
+    that imports neither torch nor the problem (on the H100 box the search's first candidate waited ~4 s for
+    that). A rejected source still gets its static_reject result there; the Ray node lookup is the stand-in."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = f"""
+import json, sys
+from kgen.core.records import EvalSettings
+from kgen.search import workers
+workers.where_am_i = lambda: {{"node_id": "n", "ip": "127.0.0.1"}}
+def stage(path):
+    result, info, node = workers._compile("softmax", "small", None, open(path).read(), EvalSettings())
+    return {{"outcome": result and result.outcome, "timed": "start" in info and "end" in info,
+            "torch": "torch" in sys.modules}}
+print(json.dumps([stage(sys.argv[1]), stage(sys.argv[2])]))
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(REPO / "problems/starters/softmax/triton_online_two_pass.py"),
+                           str(REPO / "tests/candidates/no_kernel.py")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    triton, rejected = json.loads(done.stdout)
+    assert triton == {"outcome": None, "timed": True, "torch": False}
+    assert rejected["outcome"] == "static_reject" and rejected["timed"]

@@ -78,11 +78,22 @@ def _load(problem: str, size: str, source_hash: Optional[str] = None):
 def _compile(problem: str, size: str, source_hash: str, source: str,
              settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
     """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
-    the node it ran on)."""
-    from kgen.judge.evaluate import prebuild
+    the node it ran on).
+
+    A source the static checks pass that has nothing to build here (Triton: its kernels are compiled by the
+    evaluation's compile step, on the GPU) goes on without this worker importing torch or loading the problem
+    (the evaluator loads it, and checks it against the driver's copy): on the H100 box a fresh worker took ~4 s
+    for that, and the search's first candidate waited for it while its evaluator stood idle (issue 26)."""
+    from kgen.judge.static_checks import check_source
 
     info: dict = {"start": round(time.time(), 3)}  # when (epoch s): kgen bench's per-GPU waits read it
-    result = prebuild(_load(problem, size, source_hash), source, settings, info)
+    verdict = check_source(source)
+    if verdict.rejection is None and verdict.language != "cuda":
+        result = None
+    else:  # the rejection's result, or a CUDA source's builds (kgen.judge.evaluate.prebuild checks it again)
+        from kgen.judge.evaluate import prebuild
+
+        result = prebuild(_load(problem, size, source_hash), source, settings, info)
     info["end"] = round(time.time(), 3)
     return result, info, where_am_i()
 
