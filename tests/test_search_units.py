@@ -266,27 +266,27 @@ def test_a_triton_candidate_leaves_the_compile_stage_without_torch_or_the_proble
     """The compile stage has nothing to build for Triton: the static checks pass it on at once, in a fresh worker
     that imports neither torch nor the problem (on the H100 box the search's first candidate waited ~4 s for
     that). A rejected source still gets its static_reject result there; the Ray node lookup is the stand-in."""
+    import json
     import subprocess
     import sys
 
     from conftest import REPO
 
-    script = f"""
+    script = """
 import json, sys
 from kgen.core.records import EvalSettings
 from kgen.search import workers
-workers.where_am_i = lambda: {{"node_id": "n", "ip": "127.0.0.1"}}
+workers.where_am_i = lambda: {"node_id": "n", "ip": "127.0.0.1"}
 def stage(path):
     result, info, node = workers._compile("softmax", "small", None, open(path).read(), EvalSettings())
-    return {{"outcome": result and result.outcome, "timed": "start" in info and "end" in info,
-            "torch": "torch" in sys.modules}}
+    return {"outcome": result and result.outcome, "timed": "start" in info and "end" in info,
+            "torch": "torch" in sys.modules}
 print(json.dumps([stage(sys.argv[1]), stage(sys.argv[2])]))
 """
-    done = subprocess.run([sys.executable, "-c", script, str(REPO / "problems/starters/softmax/triton_online_two_pass.py"),
-                           str(REPO / "tests/candidates/no_kernel.py")], capture_output=True, text=True, timeout=120)
+    sources = [str(REPO / "problems/starters/softmax/triton_online_two_pass.py"),
+               str(REPO / "tests/candidates/no_kernel.py")]
+    done = subprocess.run([sys.executable, "-c", script, *sources], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    import json
-
     triton, rejected = json.loads(done.stdout)
     assert triton == {"outcome": None, "timed": True, "torch": False}
     assert rejected["outcome"] == "static_reject" and rejected["timed"]
