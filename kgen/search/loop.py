@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
@@ -236,6 +237,27 @@ class Search:
         # phases summed over the evaluations (judge_s). Stored in the run's settings and shown by kgen bench.
         self.startup: dict = {}
         self.judge_s: dict[str, float] = {}
+        self._early_facts: Optional[Future] = None  # this machine's facts, measured while its cluster starts
+
+    def measure_machine_early(self) -> None:
+        """Start measuring this machine's facts (kgen.judge.evaluator_facts.this_machine: on a fresh cache its
+        GPU's ceilings, seconds of copies and matmuls) in a thread, while a local cluster starts: Ray's start
+        uses CPUs, never the GPU, and the ceilings are CUDA-event times of kernels queued back to back. Where
+        the cluster is joined, or there is no GPU here, `run` asks as before."""
+        import torch
+
+        if torch.cuda.is_available():
+            from kgen.judge.evaluator_facts import this_machine
+
+            self._early_facts = Future()
+            threading.Thread(target=_fill, args=(self._early_facts, this_machine), daemon=True,
+                             name="kgen-machine-facts").start()
+
+    def _machine_facts(self):
+        """This machine's facts: those measured while the cluster started, else measured now."""
+        from kgen.judge.evaluator_facts import this_machine
+
+        return self._early_facts.result() if self._early_facts is not None else this_machine()
 
     @staticmethod
     def _local_gpu(cluster):
@@ -288,13 +310,12 @@ class Search:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
 
     def run(self, cluster) -> SearchSummary:
-        from kgen.judge.evaluator_facts import this_machine
         from kgen.search.workers import Stages
 
         device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
         # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured before
         # the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator below
-        facts = this_machine() if device is not None else None
+        facts = self._machine_facts() if device is not None else None
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
@@ -542,6 +563,14 @@ class Search:
         return summary
 
 
+def _fill(future: Future, work) -> None:
+    """Run `work()` into `future` (its result, or the exception it raised, for whoever waits on it)."""
+    try:
+        future.set_result(work())
+    except BaseException as e:  # noqa: BLE001 - handed to the waiting thread, which raises it
+        future.set_exception(e)
+
+
 # Set by the CLI's SIGINT/SIGTERM handler (request_stop) as it raises KeyboardInterrupt; the round loop
 # checks it too, so an interrupt swallowed on its way up (inside a library call) still stops the run.
 STOP_REQUESTED = threading.Event()
@@ -588,6 +617,8 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         if owned:
             progress.note(f"joining the Ray cluster at {ray_address} ..." if ray_address else
                           "starting a local Ray cluster and its workers (takes about 10 s) ...")
+            if not ray_address:  # its evaluators use this machine's GPU: its facts are taken while Ray starts
+                search.measure_machine_early()
             cluster = ray_cluster.connect(ray_address)
             search.startup["ray_start_s"] = round(time.monotonic() - search.started, 3)
         return search.run(cluster)
