@@ -3,9 +3,10 @@ checked timed run and each ablation call, timed one by one with kgen's own funct
 
     python3 benchmarks/judge_work.py [--problem softmax] [--size full] [--reps 5] [--json OUT.json]
 
-On the H100 a softmax trial (4096 x 65536 fp32) costs the judge ~0.11 s, ~14 times per candidate (6 trials,
-~6 checked timed runs, the ablation's calls): this says which of make_inputs, the float64 reference, torch's own
-forward, own_error, compare and the unchanged-inputs check take it. Trusted code only; no sandbox, no runner:
+On an H200 a softmax trial (4096 x 65536 fp32) cost the judge ~0.11 s (each trial's step in
+benchmarks/results/h200x2_2026-11-26b/scaling/bench-1gpu.db), ~14 times per candidate (6 trials, ~6 checked
+timed runs, the ablation's calls): this says which of make_inputs, the float64 reference, torch's own forward,
+own_error, compare and the unchanged-inputs check take it. Trusted code only; no sandbox, no runner:
 the candidate's output is torch's own (what a correct candidate returns), so compare does its full work.
 """
 
