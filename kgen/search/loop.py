@@ -231,10 +231,12 @@ class Search:
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
-        # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
-        # (their timing, beside the first compiles), first_on_gpu_s and first_result_s, warm_up_s (each
-        # evaluator's one-time judge work before its first candidate, a list); and the judge's
-        # phases summed over the evaluations (judge_s). Stored in the run's settings and shown by kgen bench.
+        # cluster started for this search), machine_facts_s (this machine's facts in, with a local GPU),
+        # evaluators_s (until the first evaluator answered), first_proposed_s (the first round stored and sent
+        # to compile), baselines_s (their timing, beside the first compiles), first_on_gpu_s and
+        # first_result_s, warm_up_s (each evaluator's one-time judge work before its first candidate, a list);
+        # and the judge's phases summed over the evaluations (judge_s). Stored in the run's settings and shown
+        # by kgen bench.
         self.startup: dict = {}
         self.judge_s: dict[str, float] = {}
         self._early_facts: Optional[Future] = None  # this machine's facts, measured while its cluster starts
@@ -316,6 +318,8 @@ class Search:
         # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured before
         # the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator below
         facts = self._machine_facts() if device is not None else None
+        if facts is not None:
+            self._since_start("machine_facts_s")
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
@@ -388,6 +392,7 @@ class Search:
                 round_of.update((job.candidate_id, next_round) for job in jobs)
                 for event in stages.submit(jobs, settings):
                     self.progress.compiling(event.candidate_id)
+                self._since_start("first_proposed_s")
                 next_round += 1
             while open_rounds and not open_rounds[min(open_rounds)]:
                 done_round = min(open_rounds)
