@@ -292,40 +292,49 @@ print(json.dumps([stage(sys.argv[1]), stage(sys.argv[2])]))
     assert rejected["outcome"] == "static_reject" and rejected["timed"]
 
 
-def test_this_machine_s_facts_are_measured_while_its_local_cluster_starts(monkeypatch, tmp_path):
-    """With a local GPU the search measures this machine's facts (on a fresh cache its GPU's ceilings) in a
-    thread begun before Ray starts, and the run uses what it measured. The GPU is the stand-in (no GPU here:
+def test_the_roofline_and_this_machine_s_facts_are_worked_out_while_its_local_cluster_starts(monkeypatch, tmp_path):
+    """With a local cluster the search begins, before Ray starts, the problem's roofline (its first meta run
+    imports torch's decompositions) and, with a GPU here, this machine's facts (on a fresh cache its GPU's
+    ceilings), each in a thread, and the run uses the facts measured. The GPU is the stand-in (no GPU here:
     its measurement only takes time), and so is the cluster's start, which only looks and stops the search."""
     import threading
 
     import torch
 
     from kgen.judge import evaluator_facts
+    from kgen.problems import roofline
     from kgen.problems.problem import load_problem
     from kgen.search import cluster, loop
 
-    began = threading.Event()
+    began = {"facts": threading.Event(), "roofline": threading.Event()}
     measured = []
+    real_roofline = roofline.compute_roofline
 
     def measuring():
-        began.set()
+        began["facts"].set()
         time.sleep(0.3)
         measured.append(time.monotonic())
         return "this machine's facts"
 
+    def roofline_of(problem):
+        began["roofline"].set()
+        return real_roofline(problem)
+
     def connect(address=None):
-        seen["measuring while the cluster starts"] = began.wait(10) and not measured
+        seen["beside the cluster's start"] = all(e.wait(10) for e in began.values()) and not measured
         raise KgenError("stopped where the cluster would start")
 
     seen = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(evaluator_facts, "this_machine", measuring)
+    monkeypatch.setattr(roofline, "compute_roofline", roofline_of)
     monkeypatch.setattr(cluster, "connect", connect)
     config = SearchConfig(problem="softmax", size="small", language="triton", proposer="offline")
     with pytest.raises(KgenError, match="stopped where the cluster would start"):
         loop.run_search(str(tmp_path / "results.db"), config, progress=SearchProgress(Console(file=io.StringIO())))
-    assert seen == {"measuring while the cluster starts": True}
+    assert seen == {"beside the cluster's start": True}
     quiet = SearchProgress(Console(file=io.StringIO()))
     search = loop.Search(None, config, load_problem("softmax", "small"), None, quiet)
-    search.measure_machine_early()
+    search.prepare_beside_cluster_start()
     assert search._machine_facts() == "this machine's facts"
+    search.settle_background()
