@@ -363,10 +363,11 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     rms = math.sqrt(ref_sq / max(count, 1))
     diff_sq, elem = 0.0, 0.0
     for (a, b), all_finite in zip(chunks, finite):
-        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b].to(own.device)
-        if all_finite:
-            r_f, diff = r, torch.abs(o - r)
+        r = flat_ref[a:b].to(own.device)
+        if all_finite:  # the subtraction widens the output to float64 as it reads it (exactly, as .to does)
+            r_f, diff = r, torch.abs(flat_own[a:b] - r)
         else:
+            o = flat_own[a:b].to(torch.float64)
             counted = torch.isfinite(r) & torch.isfinite(o)
             r_f = torch.where(counted, r, 0.0)
             diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
@@ -460,9 +461,9 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     # Pass 2: the error, normwise and per element.
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
     for (a, b), all_finite in zip(chunks, finite):
-        if all_finite:
+        if all_finite:  # the subtraction widens the output to float64 as it reads it (exactly, as .to does)
             r_f = flat_ref[a:b].to(out.device)
-            diff = torch.abs(flat_out[a:b].to(torch.float64) - r_f)
+            diff = torch.abs(flat_out[a:b] - r_f)
         else:
             o, r, counted, _ = masks(a, b)
             r_f = torch.where(counted, r, 0.0)
