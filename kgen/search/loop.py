@@ -243,22 +243,29 @@ class Search:
         self._background: list[Future] = []  # what prepare_beside_cluster_start began (the roofline, the facts)
 
     def prepare_beside_cluster_start(self) -> None:
-        """Work that needs no cluster, begun in threads while a local cluster starts (Ray's start uses CPUs,
-        never the GPU): the problem's roofline once (its first meta run imports torch's decompositions, 0.8 s
-        on an idle CPU and 1.9 s beside Ray's start here, on the way to the first round's proposals), and, with
-        a GPU here, this machine's facts (kgen.judge.evaluator_facts.this_machine: on a fresh cache its GPU's
-        ceilings, CUDA-event times of kernels queued back to back). Where the cluster is joined `run` asks
-        as before."""
+        """Work that needs no cluster, begun in a thread while a local cluster starts (Ray's start uses CPUs,
+        never the GPU): with a GPU here, this machine's facts first (kgen.judge.evaluator_facts.this_machine: on
+        a fresh cache its GPU's ceilings, CUDA-event times of kernels queued back to back), then the problem's
+        roofline once (its first meta run imports torch's decompositions, 0.8 s on an idle CPU and 1.9 s beside
+        Ray's start here, on the way to the first round's proposals). One thread, so the two never import
+        torch's parts at once. Where the cluster is joined `run` asks as before."""
         import torch
 
+        from kgen.judge.evaluator_facts import this_machine
         from kgen.problems.roofline import compute_roofline
 
-        self._background.append(_in_background("kgen-roofline", lambda: compute_roofline(self.problem)))
-        if torch.cuda.is_available():
-            from kgen.judge.evaluator_facts import this_machine
+        facts: Optional[Future] = Future() if torch.cuda.is_available() else None
 
-            self._early_facts = _in_background("kgen-machine-facts", this_machine)
-            self._background.append(self._early_facts)
+        def prepare() -> None:
+            if facts is not None:
+                try:
+                    facts.set_result(this_machine())
+                except BaseException as e:  # noqa: BLE001 - raised where run() asks for the facts
+                    facts.set_exception(e)
+            compute_roofline(self.problem)
+
+        self._early_facts = facts
+        self._background.append(_in_background("kgen-prepare", prepare))
 
     def settle_background(self) -> None:
         """Wait for the work begun beside the cluster's start: a search that stops early (the cluster would not
