@@ -245,10 +245,14 @@ def _case(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out[25, 25] += 1.0
     if kind == "half":
         return own.half(), out.half(), ref
+    if kind in ("int64", "bool"):  # outputs of no floating dtype (an argmax, a comparison)
+        dtype = torch.int64 if kind == "int64" else torch.bool
+        return (ref > 0).to(dtype), (ref > 0).to(dtype), (ref > 0).to(torch.float64)
     return own, out, ref
 
 
-@pytest.mark.parametrize("kind", ["finite", "half", "zeros", "reference_inf", "own_overflows", "output_nan", "off"])
+@pytest.mark.parametrize("kind", ["finite", "half", "int64", "bool", "zeros", "reference_inf", "own_overflows",
+                                  "output_nan", "off"])
 def test_chunks_where_all_is_finite_measure_exactly_what_the_masks_would(monkeypatch, kind):
     """own_error and compare skip their masks in chunks where everything is finite (the common case, most of a
     trial's judge work): every measure and message comes out bitwise the same as with masks everywhere."""

@@ -333,6 +333,13 @@ def _finite(values: torch.Tensor, ref: torch.Tensor) -> bool:
     return bool(torch.isfinite(values).all()) and bool(torch.isfinite(ref).all())
 
 
+def _widened(values: torch.Tensor) -> torch.Tensor:
+    """`values` to subtract a float64 reference from: a floating chunk as it is (the subtraction widens it to
+    float64 as it reads it, exactly as .to(float64) does, without a float64 copy of it first); any other
+    dtype (bool cannot be subtracted, complex would keep its imaginary part) through .to(float64)."""
+    return values if values.is_floating_point() else values.to(torch.float64)
+
+
 def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     """Measure torch's own output `own` (the problem's dtype) against the float64 `ref`, in chunks."""
     flat_own, flat_ref = own.detach().reshape(-1), ref.reshape(-1)
@@ -364,8 +371,8 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     diff_sq, elem = 0.0, 0.0
     for (a, b), all_finite in zip(chunks, finite):
         r = flat_ref[a:b].to(own.device)
-        if all_finite:  # the subtraction widens the output to float64 as it reads it (exactly, as .to does)
-            r_f, diff = r, torch.abs(flat_own[a:b] - r)
+        if all_finite:
+            r_f, diff = r, torch.abs(_widened(flat_own[a:b]) - r)
         else:
             o = flat_own[a:b].to(torch.float64)
             counted = torch.isfinite(r) & torch.isfinite(o)
@@ -461,9 +468,9 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     # Pass 2: the error, normwise and per element.
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
     for (a, b), all_finite in zip(chunks, finite):
-        if all_finite:  # the subtraction widens the output to float64 as it reads it (exactly, as .to does)
+        if all_finite:
             r_f = flat_ref[a:b].to(out.device)
-            diff = torch.abs(flat_out[a:b] - r_f)
+            diff = torch.abs(_widened(flat_out[a:b]) - r_f)
         else:
             o, r, counted, _ = masks(a, b)
             r_f = torch.where(counted, r, 0.0)
