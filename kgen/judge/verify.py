@@ -324,6 +324,22 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     return [(i, min(i + COMPARE_CHUNK_ELEMENTS, n)) for i in range(0, n, COMPARE_CHUNK_ELEMENTS)]
 
 
+def _finite(values: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Whether a chunk of an output and its reference are finite everywhere: then every element is
+    counted and compared, and the masks the general path builds (a chunk-sized temporary each) select
+    every element, so the measures skip them and come out bitwise the same (the same sums over the same
+    values). A trial's judge work is mostly these measures (~0.11 s a trial for softmax's 268M elements on an
+    H200, ~14 trials and checked timed runs a candidate); an output of no floating dtype is finite."""
+    return bool(torch.isfinite(values).all()) and bool(torch.isfinite(ref).all())
+
+
+def _widened(values: torch.Tensor) -> torch.Tensor:
+    """`values` to subtract a float64 reference from: a floating chunk as it is (the subtraction widens it to
+    float64 as it reads it, exactly as .to(float64) does, without a float64 copy of it first); any other
+    dtype (bool cannot be subtracted, complex would keep its imaginary part) through .to(float64)."""
+    return values if values.is_floating_point() else values.to(torch.float64)
+
+
 def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     """Measure torch's own output `own` (the problem's dtype) against the float64 `ref`, in chunks."""
     flat_own, flat_ref = own.detach().reshape(-1), ref.reshape(-1)
@@ -332,8 +348,15 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     chunks = _chunks(flat_ref.numel())
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
+    finite: list[bool] = []  # per chunk: everything finite, the masks left out (see _finite)
     for a, b in chunks:
-        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b].to(own.device)
+        r = flat_ref[a:b].to(own.device)
+        finite.append(_finite(flat_own[a:b], r))
+        if finite[-1]:
+            ref_sq += float(torch.sum(r * r))
+            count += b - a
+            continue
+        o = flat_own[a:b].to(torch.float64)
         lost = torch.isfinite(r) & ~torch.isfinite(o)
         if bool(lost.any()):
             if excused is None:
@@ -346,13 +369,18 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
         count += int(counted.sum())
     rms = math.sqrt(ref_sq / max(count, 1))
     diff_sq, elem = 0.0, 0.0
-    for a, b in chunks:
-        o, r = flat_own[a:b].to(torch.float64), flat_ref[a:b].to(own.device)
-        counted = torch.isfinite(r) & torch.isfinite(o)
-        diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - torch.where(counted, r, 0.0)), 0.0)
+    for (a, b), all_finite in zip(chunks, finite):
+        r = flat_ref[a:b].to(own.device)
+        if all_finite:
+            r_f, diff = r, torch.abs(_widened(flat_own[a:b]) - r)
+        else:
+            o = flat_own[a:b].to(torch.float64)
+            counted = torch.isfinite(r) & torch.isfinite(o)
+            r_f = torch.where(counted, r, 0.0)
+            diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
         diff_sq += float(torch.sum(diff * diff))
         if diff.numel():
-            elem = max(elem, float((diff / (max(rms, 1e-300) + torch.abs(torch.where(counted, r, 0.0)))).max()))
+            elem = max(elem, float((diff / (max(rms, 1e-300) + torch.abs(r_f))).max()))
     ref_norm = math.sqrt(ref_sq)
     norm = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else (0.0 if diff_sq == 0 else math.inf)
     overflow = int((excused != 0).sum()) if excused is not None else 0
@@ -407,7 +435,14 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
 
     # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
     ref_sq, finite_count = 0.0, 0
+    finite: list[bool] = []  # per chunk: everything finite and nothing excused, the masks left out (see _finite)
     for a, b in chunks:
+        r = flat_ref[a:b].to(out.device)
+        finite.append((excused is None or not bool(excused[a:b].any())) and _finite(flat_out[a:b], r))
+        if finite[-1]:
+            ref_sq += float(torch.sum(r * r))
+            finite_count += b - a
+            continue
         o, r, counted, fresh = masks(a, b)
         r_finite = torch.isfinite(r)
         if bool(fresh.any()):
@@ -432,18 +467,23 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
     atol = rtol * rms
     # Pass 2: the error, normwise and per element.
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
-    for a, b in chunks:
-        o, r, counted, _ = masks(a, b)
-        r_f = torch.where(counted, r, 0.0)
-        diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
+    for (a, b), all_finite in zip(chunks, finite):
+        if all_finite:
+            r_f = flat_ref[a:b].to(out.device)
+            diff = torch.abs(_widened(flat_out[a:b]) - r_f)
+        else:
+            o, r, counted, _ = masks(a, b)
+            r_f = torch.where(counted, r, 0.0)
+            diff = torch.where(counted, torch.abs(torch.where(counted, o, 0.0) - r_f), 0.0)
         diff_sq += float(torch.sum(diff * diff))
         if diff.numel():
             abs_ref = torch.abs(r_f)
+            floor = max(rms, 1e-300)
             max_abs = max(max_abs, float(diff.max()))
-            max_rel = max(max_rel, float((diff / torch.clamp(abs_ref, min=max(rms, 1e-300))).max()))
-            scaled = diff / (max(rms, 1e-300) + abs_ref)
-            elem = max(elem, float(scaled.max()))
-            too_far = diff > tol_elem * (rms + abs_ref)
+            max_rel = max(max_rel, float((diff / torch.clamp(abs_ref, min=floor)).max()))
+            spread = floor + abs_ref  # rms + |ref|, made once for both measures where rms is no denormal
+            elem = max(elem, float((diff / spread).max()))
+            too_far = diff > tol_elem * (spread if floor == rms else rms + abs_ref)
             n_off = int(too_far.sum())
             if n_off and first_off is None:
                 first_off = a + _first(too_far)

@@ -78,11 +78,22 @@ def _load(problem: str, size: str, source_hash: Optional[str] = None):
 def _compile(problem: str, size: str, source_hash: str, source: str,
              settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
     """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
-    the node it ran on)."""
-    from kgen.judge.evaluate import prebuild
+    the node it ran on).
+
+    A source the static checks pass that has nothing to build here (Triton: its kernels are compiled by the
+    evaluation's compile step, on the GPU) goes on without this worker importing torch or loading the problem
+    (the evaluator loads it, and checks it against the driver's copy): on the H100 box a fresh worker took ~4 s
+    for that, and the search's first candidate waited for it while its evaluator stood idle (issue 26)."""
+    from kgen.judge.static_checks import check_source
 
     info: dict = {"start": round(time.time(), 3)}  # when (epoch s): kgen bench's per-GPU waits read it
-    result = prebuild(_load(problem, size, source_hash), source, settings, info)
+    verdict = check_source(source)
+    if verdict.rejection is None and verdict.language != "cuda":
+        result = None
+    else:  # the rejection's result, or a CUDA source's builds (kgen.judge.evaluate.prebuild checks it again)
+        from kgen.judge.evaluate import prebuild
+
+        result = prebuild(_load(problem, size, source_hash), source, settings, info)
     info["end"] = round(time.time(), 3)
     return result, info, where_am_i()
 
@@ -249,6 +260,20 @@ class StageEvent:
     note: str = ""
 
 
+def _start_failure(error: Exception) -> Optional[KgenError]:
+    """The one-line error for an evaluator whose own start raised (kgen's code in its __init__: a node whose
+    problem file differs from the driver's, say), which no restart can mend; None for any other Ray error
+    (a worker or node that died is restarted). Ray passes the start's exception on as text."""
+    if not getattr(error, "actor_init_failed", False):
+        return None
+    lines = [line.strip() for line in str(getattr(error, "error_msg", "") or error).splitlines() if line.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    prefix = f"{KgenError.__module__}.{KgenError.__name__}: "
+    if last.startswith(prefix):
+        return KgenError(last[len(prefix):])
+    return KgenError(f"an evaluator could not start on its Ray node: {last[:300]}")
+
+
 def _first_line(error: Exception) -> str:
     text = str(error).strip()
     return (text.splitlines()[0] if text else type(error).__name__)[:300]
@@ -340,8 +365,15 @@ class Stages:
 
     def device(self) -> Device:
         import ray
+        from ray.exceptions import RayError
 
-        device = ray.get(self.actors[0].device.remote())
+        try:
+            device = ray.get(self.actors[0].device.remote())
+        except RayError as e:
+            failure = _start_failure(e)
+            if failure is None:
+                raise
+            raise failure from None
         self._actor_nodes[0] = device.node_id
         return device
 
@@ -369,7 +401,10 @@ class Stages:
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
-        except RayError:
+        except RayError as e:
+            failure = _start_failure(e)
+            if failure is not None:  # its own start failed: a new one would fail the same way, forever
+                raise failure from None
             self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
