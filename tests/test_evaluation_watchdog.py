@@ -208,3 +208,55 @@ def test_a_real_judge_beats_each_step_and_charges_only_the_candidates_time(probl
     assert 0 < max(p.charged_s for p in busy) < max(p.elapsed_s for p in busy)
     after = heartbeat.snapshot()
     assert not after.busy and after.step == "idle"
+
+
+def test_a_wait_for_the_gpus_timing_lock_is_neither_charged_nor_silent(problem, monkeypatch):
+    """The judge waits for the timing lock (a baseline holds it): the watchdog sees that step, with the lock's
+    own bound as its limit, and the candidate's charged seconds stand still meanwhile (the real lock, held by
+    another holder for 0.6 s; the GPU's UUID is the one thing made up)."""
+    import secrets
+
+    from kgen.judge import gpu_lock
+    from kgen.judge.judge import Judge
+    from kgen.judge.sandbox import SandboxMode
+
+    uuid = f"test-{secrets.token_hex(4)}"
+    monkeypatch.setattr(gpu_lock, "device_uuid", lambda device=None: uuid)
+    heartbeat = Heartbeat()
+    heartbeat.begin()
+    judge = Judge(problem, "", "triton", EvalSettings(timeout_s=10.0), SandboxMode.NONE, heartbeat=heartbeat)
+    judge._clock_running, judge.deadline = True, time.monotonic() + 10.0
+    taken, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gpu_lock.exclusive(uuid):
+            taken.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    taken.wait(5)
+    threading.Timer(0.6, release.set).start()
+    seen = []
+    sampler_stop = threading.Event()
+
+    def sample():
+        while not sampler_stop.is_set():
+            seen.append(heartbeat.snapshot())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with judge.gpu_alone("timing"):
+        inside = heartbeat.snapshot()
+        time.sleep(0.2)  # the measurement the lock guards: the candidate's time
+    sampler_stop.set()
+    sampler.join()
+    holder.join()
+    waiting = [p for p in seen if p.step == "waiting for the GPU's timing lock (timing)"]
+    assert waiting and waiting[0].step_limit_s == gpu_lock.WAIT_S
+    assert max(p.charged_s for p in waiting) < 0.15
+    assert inside.step == "timing" and inside.waited_s >= 0.5 and inside.charged_s < 0.15
+    assert 0.15 < judge.charged_s() < 0.5 and judge.phases["gpu_wait_s"] >= 0.5
+    with gpu_lock.exclusive(uuid, wait_s=0.1) as state:  # the judge let it go
+        assert state["had"]
