@@ -177,7 +177,8 @@ def test_a_real_judge_beats_each_step_and_charges_only_the_candidates_time(probl
 
     from kgen.judge.evaluate import evaluate_candidate
 
-    source = (Path(__file__).resolve().parent.parent / "problems" / "starters" / "softmax" / "triton_row_in_registers.py").read_text()
+    starters = Path(__file__).resolve().parent.parent / "problems" / "starters"
+    source = (starters / "softmax" / "triton_row_in_registers.py").read_text()
     heartbeat = Heartbeat()
     seen, stop = [], threading.Event()
 

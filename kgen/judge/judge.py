@@ -216,7 +216,31 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.reference = self.problem.make_model(self.model_seed, self.device)
         self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
         self._current_trial: Optional[Trial] = None
+        if self.gpu:
+            self.plan_gpu_memory()
         return [Trial(seed, scale) for seed, scale in zip(seeds, scales)]
+
+    def plan_gpu_memory(self) -> None:
+        """Where the float64 reference runs, decided before the first trial from the problem's shapes
+        (verify.GpuMemoryPlan, kept in the details): on the host when even the evaluation's least memory at a
+        trial's float64 forward is more than the GPU has, rather than after a trial ran the GPU out of it."""
+        from kgen.problems.problem import TensorSpec
+
+        def meta(spec: TensorSpec) -> torch.Tensor:
+            return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
+
+        try:
+            inputs = [meta(s) for s in self.problem.input_specs() if isinstance(s, TensorSpec)]
+            outputs = [meta(s) for s in self.problem.output_specs()]
+        except Exception:  # noqa: BLE001 - the reference's own run meets the same fault and reports it
+            return
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        plan = verify.gpu_memory_plan(inputs, list(self.reference.state_dict().values()), outputs, total)
+        self.evidence.details["gpu_memory_plan"] = dict(asdict(plan), need_bytes=plan.need_bytes)
+        if not plan.fits:
+            verify.reference_on_host(self.reference64)
+            self.evidence.details["float64_reference"] = f"on the host, chosen before the first trial: " \
+                                                         f"{plan.described()}"
 
     @contextlib.contextmanager
     def judge_work(self, what: str = "the judge's own work"):
@@ -254,6 +278,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
             try:
                 inputs = self.problem.make_inputs(trial.seed, self.device, trial.scale)
                 trial._made = (inputs, *self.references(inputs))
+                if self.gpu and verify.reference_is_on_host(self.reference64):
+                    self.evidence.details.setdefault(
+                        "float64_reference", "on the host: its float64 forward ran the GPU out of memory in a trial")
                 self.note_own_error(trial)
             except torch.OutOfMemoryError as e:
                 raise HarnessFault(f"the reference ran out of GPU memory: {str(e).splitlines()[0]}") from e
