@@ -90,12 +90,27 @@ class WatchedRun:
 
 
 @pytest.fixture(scope="module")
-def watched():
+def ray_session():
+    """A local Ray cluster for this module's tests (this module's stand-ins pickled by value)."""
     import logging
 
     import ray
     from ray import cloudpickle
 
+    saved_env = dict(os.environ)  # ray.init sets RAY_AUTH_MODE here; later tests' subprocesses must not inherit it
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+@pytest.fixture(scope="module")
+def watched(ray_session):
     from kgen.search import workers
     from kgen.search.cluster import Cluster, Placement
 
@@ -104,9 +119,6 @@ def watched():
         evaluator_class = _StandInEvaluator
 
     saved = {name: getattr(workers, name) for name in LIMITS}
-    saved_env = dict(os.environ)  # ray.init sets RAY_AUTH_MODE here; later tests' subprocesses must not inherit it
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         for name, value in LIMITS.items():
             setattr(workers, name, value)
@@ -125,10 +137,6 @@ def watched():
     finally:
         for name, value in saved.items():
             setattr(workers, name, value)
-        ray.shutdown()
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-        os.environ.clear()
-        os.environ.update(saved_env)
     return WatchedRun(events, finished)
 
 
@@ -170,15 +178,41 @@ def test_each_candidate_leaves_exactly_once(watched):
     assert sorted(e.candidate_id for e in watched.events if e.kind == "done") == sorted(PLANS)
 
 
+def _starter() -> str:
+    from pathlib import Path
+
+    starters = Path(__file__).resolve().parent.parent / "problems" / "starters"
+    return (starters / "softmax" / "triton_row_in_registers.py").read_text()
+
+
+def test_the_real_evaluator_answers_its_progress_call_while_it_judges(ray_session):
+    """kgen's own evaluator actor, as Stages makes it (its "progress" concurrency group), judging a real
+    candidate on the CPU: the progress calls sent meanwhile come back while `evaluate` runs, busy."""
+    import ray
+
+    from kgen.search import workers
+
+    actor = ray.remote(max_restarts=0, concurrency_groups={"baselines": 1, "progress": 1})(workers._Evaluator) \
+        .options(num_cpus=0.5).remote("softmax", "small", None)
+    ray.get(actor.device.remote())
+    pending = actor.evaluate.remote(_starter(), EvalSettings(sandbox="none", timeout_s=60.0))
+    seen = []
+    while not ray.wait([pending], timeout=0)[0]:
+        seen.append(ray.get(actor.progress.options(concurrency_group="progress").remote(), timeout=30))
+        time.sleep(0.05)
+    assert ray.get(pending).outcome == "correct"
+    busy = [p for p in seen if p.busy]
+    assert busy and busy[-1].steps > 5 and busy[-1].tensor_bytes > 0
+    assert ray.get(actor.progress.options(concurrency_group="progress").remote()).step == "idle"
+    ray.kill(actor)
+
+
 def test_a_real_judge_beats_each_step_and_charges_only_the_candidates_time(problem):
     """A real evaluation (CPU, Triton's interpreter, no sandbox) with a heartbeat read from another thread, as
     the evaluator's progress call reads it."""
-    from pathlib import Path
-
     from kgen.judge.evaluate import evaluate_candidate
 
-    starters = Path(__file__).resolve().parent.parent / "problems" / "starters"
-    source = (starters / "softmax" / "triton_row_in_registers.py").read_text()
+    source = _starter()
     heartbeat = Heartbeat()
     seen, stop = [], threading.Event()
 
