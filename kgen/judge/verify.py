@@ -165,6 +165,69 @@ HOST_COPY_BYTES = 2 << 30  # the judge's kept copies of outputs above this size 
 
 
 PINNED_MIN_BYTES = 64 << 20  # host copies from this size up go to page-locked memory
+# A process's CUDA context with torch loaded: an allowance per process in `GpuMemoryPlan` (about 0.5 GB on the
+# H100 with lazy module loading), not a measurement of this GPU.
+CUDA_CONTEXT_BYTES = 600 << 20
+
+
+def float64_bytes(t: torch.Tensor) -> int:
+    """`t`'s bytes once cast as `to_float64` casts it (floating tensors become float64, others stay)."""
+    return t.numel() * (8 if t.is_floating_point() else t.element_size())
+
+
+@dataclass(frozen=True)
+class GpuMemoryPlan:
+    """The least GPU memory an evaluation holds at once, at a trial's float64 forward (kgen.judge.judge.Judge:
+    the arena is allocated and the candidate's runner holds its outputs by then): each part from the problem's
+    shapes, none from a guess about the reference's temporaries (those come on top). Where even this is more
+    than the GPU has, the float64 reference goes to the host from the first trial, rather than after the GPU
+    ran out of memory in one (and the candidate's runner, beside it, perhaps with it)."""
+
+    arena_bytes: int  # inputs, weights and outputs in the problem's dtype, shared with the runners
+    inputs_bytes: int  # the trial's inputs, which the judge keeps beside the arena (the references need them)
+    float64_bytes: int  # the float64 forward's own: its inputs, weights and outputs in float64
+    runner_bytes: int  # the candidate's returned outputs in its runner's process, before they are copied in
+    contexts_bytes: int  # CUDA contexts: the judge's, the candidate's runner's and the reference runner's
+    total_bytes: int  # the GPU's memory
+
+    @property
+    def need_bytes(self) -> int:
+        return self.arena_bytes + self.inputs_bytes + self.float64_bytes + self.runner_bytes + self.contexts_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.need_bytes <= self.total_bytes
+
+    def described(self) -> str:
+        gb = 1e9
+        return (f"at least {self.need_bytes / gb:.1f} GB of the GPU's {self.total_bytes / gb:.1f} GB at a trial's "
+                f"float64 forward: arena {self.arena_bytes / gb:.1f} + trial inputs {self.inputs_bytes / gb:.1f} + "
+                f"float64 inputs, weights and outputs {self.float64_bytes / gb:.1f} + the candidate's outputs in its "
+                f"runner {self.runner_bytes / gb:.1f} + CUDA contexts {self.contexts_bytes / gb:.1f}")
+
+
+def gpu_memory_plan(inputs: list[Any], weights: list[torch.Tensor], outputs: list[torch.Tensor],
+                    total_bytes: int) -> GpuMemoryPlan:
+    """The plan for a problem whose forward takes `inputs` (tensors, on any device: the meta device's do), holds
+    `weights` and returns `outputs`, on a GPU of `total_bytes`."""
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    in_bytes = sum(x.numel() * x.element_size() for x in tensors)
+    out_bytes = sum(o.numel() * o.element_size() for o in outputs)
+    weight_bytes = sum(w.numel() * w.element_size() for w in weights)
+    return GpuMemoryPlan(
+        arena_bytes=in_bytes + weight_bytes + out_bytes, inputs_bytes=in_bytes,
+        float64_bytes=sum(float64_bytes(t) for t in [*tensors, *weights, *outputs]),
+        runner_bytes=out_bytes, contexts_bytes=3 * CUDA_CONTEXT_BYTES, total_bytes=int(total_bytes))
+
+
+def reference_on_host(model64: torch.nn.Module) -> None:
+    """Compute `model64`'s float64 forward on the host from now on (`float64_outputs_fitting`)."""
+    model64.to("cpu")
+    model64._kgen_on_host = True
+
+
+def reference_is_on_host(model64: torch.nn.Module) -> bool:
+    return bool(getattr(model64, "_kgen_on_host", False))
 
 
 def kept_copy(t: torch.Tensor) -> torch.Tensor:
@@ -205,7 +268,7 @@ def float64_outputs_fitting(model64: torch.nn.Module, inputs: list[Any]) -> list
     the outputs stay there (`compare` and `own_error` bring them to the GPU chunk by chunk). Outputs over
     HOST_REFERENCE_SHARE of the GPU's memory go to the host too: they would leave the candidate no room."""
     on_gpu = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
-    if on_gpu and getattr(model64, "_kgen_on_host", False):
+    if on_gpu and reference_is_on_host(model64):
         return float64_outputs(model64, [_on_host(x) for x in inputs])
     try:
         outs = float64_outputs(model64, inputs)
@@ -220,8 +283,7 @@ def float64_outputs_fitting(model64: torch.nn.Module, inputs: list[Any]) -> list
             raise
     gc.collect()
     torch.cuda.empty_cache()
-    model64.to("cpu")
-    model64._kgen_on_host = True
+    reference_on_host(model64)
     return float64_outputs(model64, [_on_host(x) for x in inputs])
 
 
