@@ -10,6 +10,8 @@
 #   search   kgen search --problem softmax --rounds 3 --candidates 8 --language triton (offline proposer):
 #            candidates per GPU-hour of wall time, first result latency, the search's startup figures
 #   bench    kgen bench with its defaults -> $OUT/bench-default/ (bench.md has the table of seconds)
+#   judgework  one trial's judge work piece by piece (benchmarks/judge_work.py: inputs, float64 reference, torch's
+#            own error, compare) at softmax's full size: ~15 s. Run it after search: it warms the machine
 # Everything printed goes to $OUT/fixed_costs.log too; the JSON of each step is kept under $OUT.
 set -uo pipefail
 deadline=$(( $(date +%s) + ${1:?deadline seconds} )); shift
@@ -79,7 +81,12 @@ print(f"  first result {startup.get('first_result_s')} s after the search began 
 print("  startup (s): " + ", ".join(f"{k} {v}" for k, v in startup.items() if k != "judge_s"))
 print("  judge phases summed (s): " + ", ".join(f"{k} {v:.1f}" for k, v in (startup.get("judge_s") or {}).items()))
 PY
-      ;;
+      # the evaluator's timeline: gaps between candidates (a profile, nothing compiled yet), first vs the rest
+      python3 benchmarks/search_timeline.py "$db" --wall "$wall" 2>&1 | tee -a "$log" | tee -a "$OUT/search-summary.txt"
+      python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
+        "$db" "$OUT/search.db" ;;
+    judgework)
+      timeout "$(left)" python3 benchmarks/judge_work.py --json "$OUT/judge_work.json" 2>&1 | tee -a "$log" ;;
     bench)
       fresh bench
       started=$SECONDS

@@ -13,7 +13,7 @@ if [ -n "${2:-}" ]; then
 fi
 started=$SECONDS
 timeout -s INT $(( $(left) - 40 )) python3 -m kgen search --problem softmax --rounds 3 --candidates 6 --language triton \
-  --proposer offline --db "$KGEN_DB" --timeout 150 2>&1 | quiet_ray | tee "$OUT/search.log" | tail -25
+  --proposer offline --ncu-budget 60 --db "$KGEN_DB" --timeout 150 2>&1 | quiet_ray | tee "$OUT/search.log" | tail -25
 echo "search wall: $((SECONDS - started)) s"
 PYTHONPATH=/tmp/site:$PWD python3 benchmarks/profile_cost.py "$KGEN_DB" --prompt "$OUT/propose_prompt.txt" \
   | tee "$OUT/profile_cost.json"

@@ -172,6 +172,7 @@ def test_bench_end_to_end_on_the_cpu_writes_each_problem_as_its_search_ends(tmp_
     assert first["ray_start_s"] > 0 and "ray_start_s" not in second
     for startup in (first, second):
         assert 0 < startup["evaluators_s"] <= startup["first_result_s"]
+        assert 0 < startup["first_proposed_s"] <= startup["first_result_s"]  # the first round stored and compiling
         assert {"reference_s", "runner_start_s", "verify_s"} <= set(startup["judge_s"])
     assert "where the seconds went" in (out / "bench.md").read_text()
     assert "\n    seconds: evaluators up " in rest  # layernorm's (the cluster had started for softmax's search)

@@ -273,6 +273,41 @@ def test_a_harness_error_is_evaluated_once_more(stages_run):
     assert persistent.message == "the judge lost its runner"  # the judge's own words are kept
 
 
+@pytest.mark.slow
+def test_an_evaluator_whose_node_has_another_problem_file_stops_the_search_in_one_line():
+    """A Triton candidate's compile stage no longer loads the problem, so the evaluator is where a node whose
+    problem file differs from the driver's is met: its start fails, and the stages say why in one line rather
+    than start new evaluators that fail the same way forever. Real Ray and kgen's own evaluator; the differing
+    file is a source hash the driver's copy does not have."""
+    import logging
+
+    import ray
+
+    from kgen.core.errors import KgenError
+    from kgen.core.records import EvalSettings
+    from kgen.problems.problem import resolve_problem_path
+    from kgen.search.cluster import Cluster, Placement
+    from kgen.search.workers import Job, Stages
+
+    saved_env = dict(os.environ)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        stages = Stages(Cluster(address=None, num_cpus=2, num_gpus=0, placement=Placement(1, dict(num_cpus=1))),
+                        str(resolve_problem_path("softmax")), "small", "0123456789abcdef")
+        with pytest.raises(KgenError, match="differs from the driver's: install the same kgen on every Ray node"):
+            stages.device()
+        source = (Path(__file__).parent.parent / "problems/starters/softmax/triton_online_two_pass.py").read_text()
+        stages.submit([Job(1, source)], EvalSettings())
+        deadline = time.monotonic() + 120
+        with pytest.raises(KgenError, match="differs from the driver's"):
+            while time.monotonic() < deadline:
+                stages.poll()
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
 # --- a real cluster of Ray nodes on this machine ---------------------------------------------------
 
 def _session_of(pid: int) -> int:

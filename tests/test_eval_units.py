@@ -112,6 +112,26 @@ def test_large_host_copies_of_gpu_tensors_are_page_locked_and_exact(monkeypatch)
     verify.release_pinned()
 
 
+H100_BYTES = 85_029_158_912  # an 80 GB H100 as torch.cuda.get_device_properties reports it (79.2 GiB)
+
+
+@pytest.mark.parametrize("shape, fits", [
+    ((112, 64, 512, 512), True),  # KernelBench level 1 36_RMSNorm_ at its size: 7.5 GB in, 7.5 GB out
+    ((3, 1024, 1024, 1024), False),  # 12.9 GB in, 12.9 GB out: 51.5 GB in float64 alone, 105 GB in all
+], ids=["36_RMSNorm_", "12.9GB-in-out"])
+def test_the_judges_gpu_memory_plan_is_the_sum_of_what_it_holds_at_a_float64_forward(shape, fits):
+    """Each part of the plan from the shapes (meta tensors: no memory): the arena (inputs + outputs), the trial's
+    inputs beside it, float64 inputs and outputs, the candidate's outputs in its runner, three CUDA contexts."""
+    x = torch.empty(shape, device="meta")
+    plan = verify.gpu_memory_plan([x, 3], [], [torch.empty(shape, device="meta")], H100_BYTES)
+    n = x.numel()
+    assert (plan.arena_bytes, plan.inputs_bytes, plan.float64_bytes, plan.runner_bytes) == (8 * n, 4 * n, 16 * n, 4 * n)
+    assert plan.need_bytes == 32 * n + 3 * verify.CUDA_CONTEXT_BYTES and plan.fits is fits
+    if fits:  # 36_RMSNorm_: 62.0 GB of 85.0 GB
+        assert round(plan.need_bytes / 1e9, 1) == 62.0
+    assert "float64 inputs, weights and outputs" in plan.described()
+
+
 def test_static_checks():
     assert detect_language((CANDIDATES / "good_triton_softmax.py").read_text()) == "triton"
     assert detect_language((CANDIDATES / "cuda_light_softmax.py").read_text()) == "cuda"

@@ -242,6 +242,7 @@ def _search(db, run_id, started_s_ago, **config):
 
     from kgen.search.loop import Search, SearchConfig
 
+    config = dict({"ncu_budget_s": 60.0}, **config)
     search = Search(db, SearchConfig(problem="softmax", **config), load_problem("softmax", "small"), None, Notes(),
                     run_id=run_id)
     search.started = time.monotonic() - started_s_ago
@@ -297,3 +298,20 @@ def test_profiles_stop_at_their_share_of_the_search_and_when_ncu_cannot_run(tmp_
     assert search.progress.lines == ["stall profiles are off: ERR_NVGPUCTRPERM: no access to the GPU's counters"]
     db.close()
     db2.close()
+
+
+@pytest.mark.parametrize("proposer, asked", [("openai", 60.0), ("offline", 0.0), ("replay", 0.0)])
+def test_only_a_model_s_prompts_get_profiles_by_default(tmp_path, proposer, asked):
+    """The offline and replay proposers read no prompt: by default their searches hold the GPU for no profile
+    (16.7 s of a 138 s search on the H100); --ncu-budget still asks for them."""
+    from kgen.search.loop import SearchConfig, resolve_defaults
+
+    assert resolve_defaults(SearchConfig(problem="softmax", proposer=proposer)).ncu_budget_s == asked
+    assert resolve_defaults(SearchConfig(problem="softmax", proposer=proposer, ncu_budget_s=30.0)).ncu_budget_s == 30.0
+    db, run_id, _ = _scored_db(tmp_path)
+    resolved = vars(resolve_defaults(SearchConfig(problem="softmax", proposer=proposer)))
+    search = _search(db, run_id, started_s_ago=1000, **{k: v for k, v in resolved.items() if k != "problem"})
+    stages = FakeStages()
+    search._stall_profiles(stages, EvalSettings(device="cuda"), 1)
+    assert bool(stages.asked) == (asked > 0)
+    db.close()

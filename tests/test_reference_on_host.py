@@ -40,3 +40,22 @@ def test_the_float64_reference_falls_back_to_the_host_and_judges_as_before():
     # the next trial goes to the host at once (the GPU would run out of room again)
     refs2, _ = verify.reference_and_own_error(model, model64, [torch.randn(512, 64, device="cuda")])
     assert refs2[0].device.type == "cpu"
+
+
+def test_a_plan_that_cannot_fit_puts_the_float64_reference_on_the_host_before_the_first_trial(monkeypatch):
+    """Where even the evaluation's least GPU memory is more than the GPU has (made so here by a CUDA context
+    allowance of the GPU's whole memory), the judge computes the float64 reference on the host from the first
+    trial, and says so in the details."""
+    from kgen.core.records import EvalSettings
+    from kgen.judge.judge import Judge
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.problems.problem import load_problem
+
+    monkeypatch.setattr(verify, "CUDA_CONTEXT_BYTES", torch.cuda.get_device_properties(0).total_memory)
+    judge = Judge(load_problem("softmax", "small"), "", "triton", EvalSettings(device="cuda"), SandboxMode.NONE)
+    trials = judge.make_trials()
+    assert verify.reference_is_on_host(judge.reference64)
+    assert judge.evidence.details["float64_reference"].startswith("on the host, chosen before the first trial")
+    plan = judge.evidence.details["gpu_memory_plan"]
+    assert plan["need_bytes"] > plan["total_bytes"]
+    assert judge.make(trials[0]).references[0].device.type == "cpu"

@@ -260,3 +260,79 @@ def test_each_gpu_count_pass_of_kgen_bench_gets_fresh_caches_outside_its_out_fol
             os.makedirs(os.path.join(folder, "sub"))
     assert not root.exists()
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine") and "KGEN_CACHE_DIR" not in os.environ
+
+
+def test_a_triton_candidate_leaves_the_compile_stage_without_torch_or_the_problem(tmp_path):
+    """The compile stage has nothing to build for Triton: the static checks pass it on at once, in a fresh worker
+    that imports neither torch nor the problem (on the H100 box the search's first candidate waited ~4 s for
+    that). A rejected source still gets its static_reject result there; the Ray node lookup is the stand-in."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = """
+import json, sys
+from kgen.core.records import EvalSettings
+from kgen.search import workers
+workers.where_am_i = lambda: {"node_id": "n", "ip": "127.0.0.1"}
+def stage(path):
+    result, info, node = workers._compile("softmax", "small", None, open(path).read(), EvalSettings())
+    return {"outcome": result and result.outcome, "timed": "start" in info and "end" in info,
+            "torch": "torch" in sys.modules}
+print(json.dumps([stage(sys.argv[1]), stage(sys.argv[2])]))
+"""
+    sources = [str(REPO / "problems/starters/softmax/triton_online_two_pass.py"),
+               str(REPO / "tests/candidates/no_kernel.py")]
+    done = subprocess.run([sys.executable, "-c", script, *sources], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    triton, rejected = json.loads(done.stdout)
+    assert triton == {"outcome": None, "timed": True, "torch": False}
+    assert rejected["outcome"] == "static_reject" and rejected["timed"]
+
+
+def test_the_roofline_and_this_machine_s_facts_are_worked_out_while_its_local_cluster_starts(monkeypatch, tmp_path):
+    """With a local cluster the search works out, while Ray starts, this machine's facts (with a GPU here; on a
+    fresh cache its GPU's ceilings) and the problem's roofline (its first meta run imports torch's
+    decompositions), in a thread, and the run uses the facts measured. The GPU is the stand-in (no GPU here:
+    its measurement only takes time), and so is the cluster's start, which only looks and stops the search."""
+    import threading
+
+    import torch
+
+    from kgen.judge import evaluator_facts
+    from kgen.problems import roofline
+    from kgen.problems.problem import load_problem
+    from kgen.search import cluster, loop
+
+    began = {"facts": threading.Event(), "roofline": threading.Event()}
+    real_roofline = roofline.compute_roofline
+
+    def measuring():
+        began["facts"].set()
+        time.sleep(0.3)
+        return "this machine's facts"
+
+    def roofline_of(problem):
+        began["roofline"].set()
+        return real_roofline(problem)
+
+    def connect(address=None):  # both begin while the cluster is still starting
+        seen["beside the cluster's start"] = all(e.wait(10) for e in began.values())
+        raise KgenError("stopped where the cluster would start")
+
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(evaluator_facts, "this_machine", measuring)
+    monkeypatch.setattr(roofline, "compute_roofline", roofline_of)
+    monkeypatch.setattr(cluster, "connect", connect)
+    config = SearchConfig(problem="softmax", size="small", language="triton", proposer="offline")
+    with pytest.raises(KgenError, match="stopped where the cluster would start"):
+        loop.run_search(str(tmp_path / "results.db"), config, progress=SearchProgress(Console(file=io.StringIO())))
+    assert seen == {"beside the cluster's start": True}
+    quiet = SearchProgress(Console(file=io.StringIO()))
+    search = loop.Search(None, config, load_problem("softmax", "small"), None, quiet)
+    search.prepare_beside_cluster_start()
+    assert search._machine_facts() == "this machine's facts"
+    search.settle_background()

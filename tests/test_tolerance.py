@@ -10,6 +10,7 @@ rule before this issue on each of them."""
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -222,3 +223,49 @@ def test_kgen_show_prints_torchs_own_error_and_any_overflow():
                                          "trials); Inf/NaN where float64 is finite on 1 trial(s), those elements "
                                          "not compared")
     assert fmt.torch_itself({}) == fmt.MISSING  # evaluations stored before issue 33
+
+
+def _case(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(torch's own output, a candidate's output, the float64 reference) for one kind of trial: 2500 elements
+    in chunks of 1000 (the test shrinks them), so a trial mixes chunks where all is finite with others."""
+    gen = torch.Generator().manual_seed(len(kind))
+    ref = torch.randn(50, 50, generator=gen, dtype=torch.float64)
+    if kind == "reference_inf":  # the reference itself is not finite in one place, and the output agrees
+        ref[3, 7] = math.inf
+    if kind == "zeros":
+        ref.zero_()
+    own = ref.to(torch.float32)
+    out = (ref * (1 + 1e-7 * torch.randn(50, 50, generator=gen, dtype=torch.float64))).to(torch.float32)
+    if kind == "own_overflows":  # torch's own forward is Inf in the last chunk: those elements are excused
+        own[-1, -3:] = math.inf
+        out[-1, -3:] = 1e30
+    if kind == "output_nan":
+        out[30, 1] = math.nan
+    if kind == "off":  # one element far off, in the middle chunk
+        out[25, 25] += 1.0
+    if kind == "half":
+        return own.half(), out.half(), ref
+    if kind in ("int64", "bool"):  # outputs of no floating dtype (an argmax, a comparison)
+        dtype = torch.int64 if kind == "int64" else torch.bool
+        return (ref > 0).to(dtype), (ref > 0).to(dtype), (ref > 0).to(torch.float64)
+    return own, out, ref
+
+
+@pytest.mark.parametrize("kind", ["finite", "half", "int64", "bool", "zeros", "reference_inf", "own_overflows",
+                                  "output_nan", "off"])
+def test_chunks_where_all_is_finite_measure_exactly_what_the_masks_would(monkeypatch, kind):
+    """own_error and compare skip their masks in chunks where everything is finite (the common case, most of a
+    trial's judge work): every measure and message comes out bitwise the same as with masks everywhere."""
+    monkeypatch.setattr(verify, "COMPARE_CHUNK_ELEMENTS", 1000)
+    own, out, ref = _case(kind)
+
+    def measured():
+        err = verify.own_error(own, ref)
+        comparison = verify.compare(out, ref, out.dtype, verify.default_rtol(out.dtype), own=err)
+        excused = None if err.excused is None else err.excused.tolist()
+        return err.summary(), excused, comparison
+
+    fast = measured()
+    monkeypatch.setattr(verify, "_finite", lambda values, reference: False)  # the masks everywhere
+    assert fast == measured()
+    assert fast[2].ok == (kind not in ("output_nan", "off"))

@@ -80,11 +80,14 @@ def search_cmd(
     no_sandbox: bool = NoSandboxOption,
     price_in: Optional[float] = PriceInOption,
     price_out: Optional[float] = PriceOutOption,
-    ncu_budget: float = typer.Option(60.0, "--ncu-budget", metavar="S", min=0,
-                                     help="Seconds per round for Nsight Compute profiles (stall reasons, DRAM "
-                                          "traffic, occupancy) of the parents the next prompt shows, then the "
-                                          "round's best new candidates, at most 15% of the search's time; 0: none. "
-                                          "GPU and ncu only."),
+    ncu_budget: Optional[float] = typer.Option(None, "--ncu-budget", metavar="S", min=0,
+                                               show_default="60 with --proposer openai, else 0",
+                                               help="Seconds per round for Nsight Compute profiles (stall reasons, "
+                                                    "DRAM traffic, occupancy) of the parents the next prompt shows, "
+                                                    "then the round's best new candidates, at most 15% of the "
+                                                    "search's time; 0: none. Only a model's prompts show them, so "
+                                                    "the offline and replay proposers take none unless asked. GPU "
+                                                    "and ncu only."),
 ) -> None:
     """Search for kernels faster than PyTorch.
 

@@ -87,10 +87,12 @@ def _versions() -> dict[str, Optional[str]]:
 
 
 def evaluate_candidate(problem: Union[str, Problem], source: str, settings: EvalSettings,
-                       spares: Any = None, on_phase: Optional[Callable[[str, float], None]] = None) -> EvalResult:
+                       spares: Any = None, on_phase: Optional[Callable[[str, float], None]] = None,
+                       heartbeat: Any = None) -> EvalResult:
     """Compile, check, verify and (on a GPU) time one candidate against `problem`. `spares`
     (kgen.judge.spares.SpareRunners) keeps a started sandbox ready for the next call; `on_phase(name,
-    seconds)` is told each of the judge's phases as it ends."""
+    seconds)` is told each of the judge's phases as it ends; `heartbeat` (kgen.judge.heartbeat.Heartbeat)
+    each step as it starts, for a watchdog in another thread."""
     started = time.monotonic()
     problem = _problem(problem, settings)
     if not isinstance(source, str):
@@ -109,7 +111,7 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     from kgen.judge.verdict import HarnessFault
 
     try:
-        sent = Judge(problem, source, verdict.language, settings, mode, spares, on_phase).run()
+        sent = Judge(problem, source, verdict.language, settings, mode, spares, on_phase, heartbeat).run()
     except HarnessFault as e:
         sent = {"outcome": Outcome.HARNESS_ERROR.value, "message": f"kgen's harness failed, not the candidate: {e}"}
     except Exception as e:  # noqa: BLE001 - a bug of ours is never the candidate's outcome

@@ -57,6 +57,7 @@ from kgen.harness.trace import OpTrace
 from kgen.judge import verify
 from kgen.judge.audit import Audits
 from kgen.judge.compile_step import CompileSteps
+from kgen.judge.heartbeat import Heartbeat
 from kgen.judge.sandbox import SandboxMode
 from kgen.judge.spares import RunnerSlot, SpareRunners, start_process
 from kgen.judge.timing import Stopwatch, TimedRuns
@@ -72,10 +73,13 @@ class Judge(CompileSteps, Audits, TimedRuns):
     (outcome, message, errors, runtime_ms, details) that kgen.judge.evaluate turns into an EvalResult."""
 
     def __init__(self, problem: Problem, source: str, language: str, settings: EvalSettings, mode: SandboxMode,
-                 spares: Optional[SpareRunners] = None, on_phase: Optional[Callable[[str, float], None]] = None):
+                 spares: Optional[SpareRunners] = None, on_phase: Optional[Callable[[str, float], None]] = None,
+                 heartbeat: Optional[Heartbeat] = None):
         self.problem, self.source, self.language, self.settings, self.mode = problem, source, language, settings, mode
         self.spares = spares
         self.on_phase = on_phase  # told each phase as it ends (name, seconds): `kgen eval`'s progress lines
+        # told each step as it starts: the evaluator's watchdog reads it (kgen.judge.heartbeat)
+        self.heartbeat = heartbeat if heartbeat is not None else Heartbeat()
         self.input_signature = ""  # part of the build key for Triton (build_key says why); set by run()
         self.device = torch.device(settings.device)
         self.gpu = self.device.type == "cuda"
@@ -88,6 +92,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.arena = None
         self.phases: dict[str, float] = {}
         self._mark = self._last_answer = time.monotonic()
+        self._clock_running = False  # the candidate's time limit runs from the end of the reference phase
+        self._unpaid_since: Optional[float] = None  # judge work or a GPU-lock wait under way: not the candidate's
+        self.heartbeat.charged_by(self.charged_s)
 
     # -- bookkeeping ---------------------------------------------------------------------------------
 
@@ -97,7 +104,18 @@ class Judge(CompileSteps, Audits, TimedRuns):
         if self.on_phase is not None:
             with contextlib.suppress(Exception):  # a progress line must never change a verdict
                 self.on_phase(name, now - self._mark)
+        self.heartbeat.phase_ended(name)
         self._mark = now
+
+    def charged_s(self) -> float:
+        """The seconds charged to the candidate's time limit so far (0 before its time starts); read from the
+        evaluator's watchdog thread while the judge works, so judge work under way is left out too."""
+        if not self._clock_running:
+            return 0.0
+        now = time.monotonic()
+        unpaid_since = self._unpaid_since
+        unpaid = now - unpaid_since if unpaid_since is not None else 0.0
+        return self.settings.timeout_s - (self.deadline - now) - unpaid
 
     @contextlib.contextmanager
     def gpu_alone(self, what: str):
@@ -106,9 +124,25 @@ class Judge(CompileSteps, Audits, TimedRuns):
         by it, and the phases leave it out (`gpu_wait_s`)."""
         from kgen.judge import gpu_lock
 
-        with gpu_lock.exclusive(gpu_lock.device_uuid(self.device)) as held:
+        self.heartbeat.waiting(f"waiting for the GPU's timing lock ({what})", gpu_lock.WAIT_S)
+        outer = self._unpaid_since is None
+        if outer:  # the watchdog's charged seconds leave the wait out while it lasts
+            self._unpaid_since = time.monotonic()
+        try:
+            held_lock = gpu_lock.exclusive(gpu_lock.device_uuid(self.device))
+            held = held_lock.__enter__()
+        except BaseException:
+            if outer:
+                self._unpaid_since = None
+            raise
+        with contextlib.ExitStack() as stack:  # the lock, entered above so its wait is marked apart, let go here
+            stack.push(held_lock)
             waited = held["waited_s"]
             self.deadline += waited
+            if outer:
+                self._unpaid_since = None
+            self.heartbeat.waited()
+            self.heartbeat.step(what)
             self._mark += waited
             self.phases["gpu_wait_s"] = round(self.phases.get("gpu_wait_s", 0.0) + waited, 3)
             if not held["had"]:
@@ -125,6 +159,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         starting = stage.endswith("start")  # starting a sandbox runs no candidate code: kgen's fault if it fails
         if starting:
             wait_s = SANDBOX_START_S
+        self.heartbeat.step(f"waiting for {stage}", wait_s)
         try:
             message = slot.channel.receive(timeout_s=wait_s)
         except ChannelTimeout:
@@ -181,22 +216,59 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.reference = self.problem.make_model(self.model_seed, self.device)
         self.reference64 = copy.deepcopy(self.reference).to(torch.float64)
         self._current_trial: Optional[Trial] = None
+        if self.gpu:
+            self.plan_gpu_memory()
         return [Trial(seed, scale) for seed, scale in zip(seeds, scales)]
 
+    def plan_gpu_memory(self) -> None:
+        """Where the float64 reference runs, decided before the first trial from the problem's shapes
+        (verify.GpuMemoryPlan, kept in the details): on the host when even the evaluation's least memory at a
+        trial's float64 forward is more than the GPU has, rather than after a trial ran the GPU out of it."""
+        from kgen.problems.problem import TensorSpec
+
+        def meta(spec: TensorSpec) -> torch.Tensor:
+            return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
+
+        try:
+            inputs = [meta(s) for s in self.problem.input_specs() if isinstance(s, TensorSpec)]
+            outputs = [meta(s) for s in self.problem.output_specs()]
+        except Exception:  # noqa: BLE001 - the reference's own run meets the same fault and reports it
+            return
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        plan = verify.gpu_memory_plan(inputs, list(self.reference.state_dict().values()), outputs, total)
+        self.evidence.details["gpu_memory_plan"] = dict(asdict(plan), need_bytes=plan.need_bytes)
+        if not plan.fits:
+            verify.reference_on_host(self.reference64)
+            self.evidence.details["float64_reference"] = f"on the host, chosen before the first trial: " \
+                                                         f"{plan.described()}"
+
     @contextlib.contextmanager
-    def judge_work(self):
+    def judge_work(self, what: str = "the judge's own work"):
         """The judge's own work (drawing inputs, the float64 references and torch's own run in the dtype,
-        checking outputs) is not charged to the candidate's time limit: at the full size on a CPU it takes
-        tens of seconds a trial, and charged it reported `timeout` for candidates that had not run."""
-        started = time.monotonic()
+        checking outputs, starting a sandbox) is not charged to the candidate's time limit: at the full size
+        on a CPU it takes tens of seconds a trial, and charged it reported `timeout` for candidates that had
+        not run."""
+        self.heartbeat.step(what)
+        with self._unpaid():
+            yield
+
+    @contextlib.contextmanager
+    def _unpaid(self):
+        """Seconds the candidate's deadline moves by (judge work, a wait for the GPU's timing lock); an inner
+        block inside an outer one is the outer's."""
+        if self._unpaid_since is not None:
+            yield
+            return
+        started = self._unpaid_since = time.monotonic()
         try:
             yield
         finally:
             self.deadline += time.monotonic() - started
+            self._unpaid_since = None
 
     def make(self, trial: Trial) -> Trial:
         """Draw `trial`'s inputs and references (freeing the previous trial's first); judge_work."""
-        with self.judge_work():
+        with self.judge_work("drawing a trial's inputs and float64 references"):
             return self._make(trial)
 
     def _make(self, trial: Trial) -> Trial:
@@ -206,6 +278,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
             try:
                 inputs = self.problem.make_inputs(trial.seed, self.device, trial.scale)
                 trial._made = (inputs, *self.references(inputs))
+                if self.gpu and verify.reference_is_on_host(self.reference64):
+                    self.evidence.details.setdefault(
+                        "float64_reference", "on the host: its float64 forward ran the GPU out of memory in a trial")
                 self.note_own_error(trial)
             except torch.OutOfMemoryError as e:
                 raise HarnessFault(f"the reference ran out of GPU memory: {str(e).splitlines()[0]}") from e
@@ -319,10 +394,13 @@ class Judge(CompileSteps, Audits, TimedRuns):
     # -- the runner ----------------------------------------------------------------------------------
 
     def started(self, slot: RunnerSlot, stage: str) -> dict[str, float]:
-        """Wait until a sandboxed process is up (and warm, if it was told to warm): what its start cost."""
-        ready = self.receive(slot, stage, ("ready",))
-        if slot.warm_sent:
-            ready = self.receive(slot, stage, ("warmed",))
+        """Wait until a sandboxed process is up (and warm, if it was told to warm): what its start cost. kgen's
+        own work (no candidate code runs in it): not charged to the candidate (47.7 s for a compile step's
+        sandbox on the H100 beside KernelBench's 6.4 GB softmax)."""
+        with self._unpaid():
+            ready = self.receive(slot, stage, ("ready",))
+            if slot.warm_sent:
+                ready = self.receive(slot, stage, ("warmed",))
         seconds = ready.get("seconds") if isinstance(ready.get("seconds"), dict) else {}
         return {_text(k, 20): round(_number(v), 3) for k, v in list(seconds.items())[:4]}
 
@@ -377,7 +455,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
     def check_outputs(self, report: dict[str, Any], trial: Trial, label_prefix: str = "") -> list[verify.Comparison]:
         """Compare what the runner delivered with the trial's float64 references; the runner's
         description decides only which message a mismatch gets. judge_work: not the candidate's time."""
-        with self.judge_work():
+        with self.judge_work("checking the outputs against the float64 references"):
             return self._check_outputs(report, trial, label_prefix)
 
     def _check_outputs(self, report: dict[str, Any], trial: Trial, label_prefix: str) -> list[verify.Comparison]:
@@ -469,6 +547,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             job = self.make_arena(trials[0].inputs)
             self.phase("reference_s")
             self.deadline = time.monotonic() + self.settings.timeout_s  # the candidate's time starts now
+            self._clock_running = True
             ablated = ablate_triton_kernels(self.source) if self.language != "cuda" else None
             self.ablated_crashed = False
             if self.mode is SandboxMode.NONE:

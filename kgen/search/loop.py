@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
@@ -42,6 +43,11 @@ CPU_CANDIDATES = 4  # per round without a GPU, where each candidate runs in Trit
 GPU_CANDIDATES = 8
 NCU_MIN_S = 10.0  # a Nsight Compute profile needs a sandbox, torch, the replays: not started with less left
 NCU_SHARE = 0.15  # of the search's time so far, at most, spent in Nsight Compute profiles (~12-16 s each on an H100)
+# Seconds per round of Nsight Compute profiles, by default, for a proposer whose prompts show them (a model's). The
+# offline and replay proposers read no prompt: a profile there held the GPU for nothing (16.7 s of a 138 s 3x8
+# softmax search on the H100, benchmarks/RESULTS.md, issue 26), so their default is none (`--ncu-budget S` asks).
+NCU_BUDGET_S = 60.0
+PROFILE_READERS = ("openai",)
 
 
 @dataclass
@@ -71,7 +77,9 @@ class SearchConfig:
     baseline_max_autotune: bool = False
     price_in: Optional[float] = None  # USD per million LLM tokens in and out, for the cost ledger (kgen.store.ledger)
     price_out: Optional[float] = None
-    ncu_budget_s: float = 60.0  # Nsight Compute profiles after each round (kgen.judge.ncu_profile); 0: none
+    # Nsight Compute profiles after each round (kgen.judge.ncu_profile); 0: none; None: NCU_BUDGET_S where the
+    # proposer's prompts show them (PROFILE_READERS), else none
+    ncu_budget_s: Optional[float] = None
     ncu_top: int = 2  # ... of the round's fastest new correct candidates (and each one's parent)
 
     @classmethod
@@ -160,6 +168,8 @@ def resolve_defaults(config: SearchConfig) -> SearchConfig:
         config.language = "any" if gpu else "triton"
     if config.candidates is None:
         config.candidates = GPU_CANDIDATES if gpu else CPU_CANDIDATES
+    if config.ncu_budget_s is None:
+        config.ncu_budget_s = NCU_BUDGET_S if config.proposer in PROFILE_READERS else 0.0
     return config
 
 
@@ -221,12 +231,54 @@ class Search:
         self._ncu_off = False  # ncu cannot run here: said once, then no more profiles in this search
         self.stop_reason: Optional[str] = None
         # Where the seconds before and around the candidates went, from the search's start: ray_start_s (a
-        # cluster started for this search), evaluators_s (until the first evaluator answered), baselines_s
-        # (their timing, beside the first compiles), first_on_gpu_s and first_result_s, warm_up_s (each
-        # evaluator's one-time judge work before its first candidate, a list); and the judge's
-        # phases summed over the evaluations (judge_s). Stored in the run's settings and shown by kgen bench.
+        # cluster started for this search), machine_facts_s (this machine's facts in, with a local GPU),
+        # evaluators_s (until the first evaluator answered), first_proposed_s (the first round stored and sent
+        # to compile), baselines_s (their timing, beside the first compiles), first_on_gpu_s and
+        # first_result_s, warm_up_s (each evaluator's one-time judge work before its first candidate, a list);
+        # and the judge's phases summed over the evaluations (judge_s). Stored in the run's settings and shown
+        # by kgen bench.
         self.startup: dict = {}
         self.judge_s: dict[str, float] = {}
+        self._early_facts: Optional[Future] = None  # this machine's facts, measured while its cluster starts
+        self._background: list[Future] = []  # what prepare_beside_cluster_start began (the roofline, the facts)
+
+    def prepare_beside_cluster_start(self) -> None:
+        """Work that needs no cluster, begun in a thread while a local cluster starts (Ray's start uses CPUs,
+        never the GPU): with a GPU here, this machine's facts first (kgen.judge.evaluator_facts.this_machine: on
+        a fresh cache its GPU's ceilings, CUDA-event times of kernels queued back to back), then the problem's
+        roofline once (its first meta run imports torch's decompositions, 0.8 s on an idle CPU and 1.9 s beside
+        Ray's start here, on the way to the first round's proposals). One thread, so the two never import
+        torch's parts at once. Where the cluster is joined `run` asks as before."""
+        import torch
+
+        from kgen.judge.evaluator_facts import this_machine
+        from kgen.problems.roofline import compute_roofline
+
+        facts: Optional[Future] = Future() if torch.cuda.is_available() else None
+
+        def prepare() -> None:
+            if facts is not None:
+                try:
+                    facts.set_result(this_machine())
+                except BaseException as e:  # noqa: BLE001 - raised where run() asks for the facts
+                    facts.set_exception(e)
+            compute_roofline(self.problem)
+
+        self._early_facts = facts
+        self._background.append(_in_background("kgen-prepare", prepare))
+
+    def settle_background(self) -> None:
+        """Wait for the work begun beside the cluster's start: a search that stops early (the cluster would not
+        start) must not leave Python while a thread is inside torch (its exit would abort the process)."""
+        for future in self._background:
+            with contextlib.suppress(BaseException):
+                future.exception()
+
+    def _machine_facts(self):
+        """This machine's facts: those measured while the cluster started, else measured now."""
+        from kgen.judge.evaluator_facts import this_machine
+
+        return self._early_facts.result() if self._early_facts is not None else this_machine()
 
     @staticmethod
     def _local_gpu(cluster):
@@ -279,13 +331,14 @@ class Search:
             settings.baseline_eager_ms, settings.baseline_compile_ms = baselines[0], baselines[1]
 
     def run(self, cluster) -> SearchSummary:
-        from kgen.judge.evaluator_facts import this_machine
         from kgen.search.workers import Stages
 
         device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
         # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured before
         # the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator below
-        facts = this_machine() if device is not None else None
+        facts = self._machine_facts() if device is not None else None
+        if facts is not None:
+            self._since_start("machine_facts_s")
         stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
@@ -358,6 +411,7 @@ class Search:
                 round_of.update((job.candidate_id, next_round) for job in jobs)
                 for event in stages.submit(jobs, settings):
                     self.progress.compiling(event.candidate_id)
+                self._since_start("first_proposed_s")
                 next_round += 1
             while open_rounds and not open_rounds[min(open_rounds)]:
                 done_round = min(open_rounds)
@@ -533,6 +587,21 @@ class Search:
         return summary
 
 
+def _in_background(name: str, work) -> Future:
+    """`work()` run in a daemon thread; the future holds its result, or the exception it raised for whoever
+    waits on it."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that waits on the future
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True, name=name).start()
+    return future
+
+
 # Set by the CLI's SIGINT/SIGTERM handler (request_stop) as it raises KeyboardInterrupt; the round loop
 # checks it too, so an interrupt swallowed on its way up (inside a library call) still stops the run.
 STOP_REQUESTED = threading.Event()
@@ -579,6 +648,8 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         if owned:
             progress.note(f"joining the Ray cluster at {ray_address} ..." if ray_address else
                           "starting a local Ray cluster and its workers (takes about 10 s) ...")
+            if not ray_address:  # the roofline and (its evaluators use this machine's GPU) its facts, meanwhile
+                search.prepare_beside_cluster_start()
             cluster = ray_cluster.connect(ray_address)
             search.startup["ray_start_s"] = round(time.monotonic() - search.started, 3)
         return search.run(cluster)
@@ -597,6 +668,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
                                                f"{search.run_id}` continues it once the DB can be used again") from e
         raise
     finally:
+        search.settle_background()
         progress.close()
         if owned:
             ray_cluster.shutdown()

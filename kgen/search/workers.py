@@ -27,7 +27,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Optional
 
@@ -38,10 +38,23 @@ from kgen.search.cluster import Cluster, where_am_i
 
 if TYPE_CHECKING:
     from kgen.judge.evaluator_facts import EvaluatorFacts
+    from kgen.judge.heartbeat import Progress
 
-# A timing task gets the evaluator's own time limit plus this much, then its actor is killed and the
-# candidate recorded as a timeout (the evaluator's limit should fire first; this catches a stuck actor).
+# Beyond the candidate's own time limit (which the judge enforces itself), what the driver allows an evaluation
+# before it kills its actor and records a harness_error (Stages._watch): an evaluator stand-in without a
+# heartbeat gets 2 x the time limit plus this; one with a heartbeat (kgen.judge.heartbeat) is killed only when
+# the candidate's charged seconds pass 2 x its limit plus this, or its judge is silent or hung (below).
 ACTOR_GRACE_S = 120.0
+# The heartbeat's watchdog. The judge's own work (float64 references, comparisons) is not the candidate's and
+# grows with the problem's tensors: KernelBench's 6.4 GB softmax took 182 s of one evaluation on the H100, and
+# a 300 s limit on the whole evaluation killed judges that were working (issue 32's 36_RMSNorm_, 7.5 GB in and out).
+PROGRESS_EVERY_S = 5.0  # how often the driver asks an evaluator what its judge is doing
+PROGRESS_ANSWER_S = 120.0  # an evaluator that does not answer within this is hung (its answer runs in its own thread)
+SILENT_S = 120.0  # a judge's step may last what the judge itself allows it (a runner's answer), plus this
+SILENT_S_PER_GB = 30.0  # ... plus this per GB of the problem's inputs and outputs (the judge's work on them)
+QUEUED_S = 180.0  # an evaluator may finish earlier work (prestart: sandboxes starting) before it takes a candidate
+HARD_S = 600.0  # an evaluation ends by 2 x the time limit + ACTOR_GRACE_S + this (waits for the GPU's timing
+HARD_S_PER_GB = 60.0  # lock aside) + this per GB of the problem's tensors, even while its judge keeps busy
 # Attempts a candidate gets after the first when the Ray worker or node running it dies.
 MAX_REQUEUES = 2
 # ... and after a harness_error result.
@@ -73,14 +86,39 @@ def _load(problem: str, size: str, source_hash: Optional[str] = None):
     return loaded
 
 
+@functools.lru_cache(maxsize=32)
+def _tensor_bytes(problem: str, size: str, source_hash: Optional[str] = None) -> int:
+    """The problem's inputs and outputs at this size, in bytes (its shapes on the meta device): what the
+    watchdog's limits for the judge's own work scale with. 0 when they cannot be worked out."""
+    from kgen.problems.problem import TensorSpec
+
+    try:
+        loaded = _load(problem, size, source_hash)
+        specs = [s for s in loaded.input_specs() if isinstance(s, TensorSpec)] + loaded.output_specs()
+        return sum(s.nbytes for s in specs)
+    except Exception:  # noqa: BLE001 - the judge meets the same fault and reports it; the limits take their floor
+        return 0
+
+
 def _compile(problem: str, size: str, source_hash: str, source: str,
              settings: EvalSettings) -> tuple[Optional[EvalResult], dict, dict]:
     """(a static_reject / compile_error result, or None to go on; what the stage did: seconds, builds;
-    the node it ran on)."""
-    from kgen.judge.evaluate import prebuild
+    the node it ran on).
+
+    A source the static checks pass that has nothing to build here (Triton: its kernels are compiled by the
+    evaluation's compile step, on the GPU) goes on without this worker importing torch or loading the problem
+    (the evaluator loads it, and checks it against the driver's copy): on the H100 box a fresh worker took ~4 s
+    for that, and the search's first candidate waited for it while its evaluator stood idle (issue 26)."""
+    from kgen.judge.static_checks import check_source
 
     info: dict = {"start": round(time.time(), 3)}  # when (epoch s): kgen bench's per-GPU waits read it
-    result = prebuild(_load(problem, size, source_hash), source, settings, info)
+    verdict = check_source(source)
+    if verdict.rejection is None and verdict.language != "cuda":
+        result = None
+    else:  # the rejection's result, or a CUDA source's builds (kgen.judge.evaluate.prebuild checks it again)
+        from kgen.judge.evaluate import prebuild
+
+        result = prebuild(_load(problem, size, source_hash), source, settings, info)
     info["end"] = round(time.time(), 3)
     return result, info, where_am_i()
 
@@ -126,6 +164,9 @@ class _Evaluator:
             _load(*self.problem)
         # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
         self.spares = None
+        from kgen.judge.heartbeat import Heartbeat
+
+        self.heartbeat = Heartbeat()  # what the judge is doing now: `progress` answers the driver's watchdog from it
 
     def evaluate(self, source: str, settings: EvalSettings, problem: Optional[tuple] = None) -> EvalResult:
         """`problem`: (problem ref, size, source hash) of a job judged against another problem than the
@@ -139,11 +180,22 @@ class _Evaluator:
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         started = time.time()
-        result = evaluate_candidate(_load(*(problem or self.problem)), source, settings, self.spares)
+        loaded = _load(*(problem or self.problem))
+        self.heartbeat.begin(_tensor_bytes(*(problem or self.problem)))
+        try:
+            result = evaluate_candidate(loaded, source, settings, self.spares, heartbeat=self.heartbeat)
+        finally:
+            self.heartbeat.end()
         # where, on which GPU(s) and when (epoch s): kgen bench's busy shares and GPU scaling come from these
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
+
+    def progress(self) -> Progress:
+        """What the judge of the evaluation under way is doing (kgen.judge.heartbeat), in the actor's "progress"
+        concurrency group: answered while `evaluate` runs, so the driver's watchdog tells a busy judge from a
+        silent one."""
+        return self.heartbeat.snapshot()
 
     def baselines(self, problem: tuple, max_autotune: bool) -> Optional[dict]:
         """Time `problem`'s eager and torch.compile baselines on this evaluator's GPU (kgen.judge.baselines, in
@@ -242,6 +294,27 @@ class Job:
     problem: Optional[tuple] = None  # (problem ref, size, source hash) when not the stages' own (a collection)
 
 
+@dataclass
+class _Watch:
+    """The watchdog's view of one evaluation: its progress call in flight (and when it was sent, or the
+    evaluation was), the evaluator's last answer, and whether the evaluation was ever seen under way."""
+
+    asked: Optional[object] = None
+    asked_at: float = field(default_factory=time.monotonic)
+    progress: Optional[Progress] = None
+    answered_at: Optional[float] = None
+    seen_busy: bool = False
+
+    def seen(self, progress: Progress, now: float) -> None:
+        self.progress, self.answered_at = progress, now
+        self.seen_busy = self.seen_busy or progress.busy
+
+    def last_state(self) -> str:
+        if self.progress is None or self.answered_at is None:
+            return ""
+        return f"; at its last answer, {time.monotonic() - self.answered_at:.0f} s before, {self.progress.describe()}"
+
+
 @dataclass(frozen=True)
 class StageEvent:
     """A candidate entering a stage ('compiling', 'timing'), going back to one ('requeued', with a
@@ -251,6 +324,20 @@ class StageEvent:
     candidate_id: int
     result: Optional[EvalResult] = None
     note: str = ""
+
+
+def _start_failure(error: Exception) -> Optional[KgenError]:
+    """The one-line error for an evaluator whose own start raised (kgen's code in its __init__: a node whose
+    problem file differs from the driver's, say), which no restart can mend; None for any other Ray error
+    (a worker or node that died is restarted). Ray passes the start's exception on as text."""
+    if not getattr(error, "actor_init_failed", False):
+        return None
+    lines = [line.strip() for line in str(getattr(error, "error_msg", "") or error).splitlines() if line.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    prefix = f"{KgenError.__module__}.{KgenError.__name__}: "
+    if last.startswith(prefix):
+        return KgenError(last[len(prefix):])
+    return KgenError(f"an evaluator could not start on its Ray node: {last[:300]}")
 
 
 def _first_line(error: Exception) -> str:
@@ -287,11 +374,13 @@ class Stages:
                            else {"num_cpus": 1, "scheduling_strategy": "SPREAD"})
         self._compile_task = ray.remote(max_retries=0, **compile_options)(self.compile_function)
         # baselines run in a concurrency group of their own: they compile beside the candidate being judged
-        # (kgen.judge.gpu_lock keeps their timed runs and its apart), while evaluations stay one at a time; as
-        # many as the evaluator's CPUs allow (kgen.search.baseline_queue: its caller keeps their GPU memory in bounds)
+        # (kgen.judge.gpu_lock keeps their timed runs and its apart), while evaluations stay one at a time, as
+        # many as the evaluator's CPUs allow (kgen.search.baseline_queue: its caller keeps their GPU memory in
+        # bounds); the watchdog's progress calls in one of their own: answered while a candidate is judged
         self.baselines_at_once = baselines_per_evaluator(cluster.num_cpus, placement.count)
         self._actor_class = ray.remote(max_restarts=-1, max_task_retries=0,
-                                       concurrency_groups={"baselines": self.baselines_at_once})(self.evaluator_class)
+                                       concurrency_groups={"baselines": self.baselines_at_once, "progress": 1},
+                                       )(self.evaluator_class)
         self._actor_options = placement.actor_options
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
@@ -301,6 +390,7 @@ class Stages:
         self._compiling: dict = {}  # compile task ref -> (job, settings)
         self._ready: deque = deque()  # (job, settings) compiled, waiting for an evaluator
         self._timing: dict = {}  # evaluation ref -> (job, settings, actor index, started)
+        self._watches: dict = {}  # evaluation ref -> its _Watch (what its evaluator's heartbeat said)
         self._compiled: dict[int, dict] = {}  # candidate id -> what its compile stage did
         self._nodes: dict[int, dict] = {}  # candidate id -> where its stages ran
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
@@ -346,8 +436,15 @@ class Stages:
 
     def device(self) -> Device:
         import ray
+        from ray.exceptions import RayError
 
-        device = ray.get(self.actors[0].device.remote())
+        try:
+            device = ray.get(self.actors[0].device.remote())
+        except RayError as e:
+            failure = _start_failure(e)
+            if failure is None:
+                raise
+            raise failure from None
         self._actor_nodes[0] = device.node_id
         return device
 
@@ -375,7 +472,10 @@ class Stages:
         except ActorUnavailableError:
             self._ping_later.append((time.monotonic() + 0.5, index))
             return
-        except RayError:
+        except RayError as e:
+            failure = _start_failure(e)
+            if failure is not None:  # its own start failed: a new one would fail the same way, forever
+                raise failure from None
             self.actors[index] = self._new_actor(index)
             self._ping(index)
             return
@@ -492,6 +592,7 @@ class Stages:
         from ray.exceptions import RayError
 
         job, settings, index, _ = self._timing.pop(ref)
+        self._watches.pop(ref, None)
         try:
             result = ray.get(ref)
         except RayError as e:
@@ -529,6 +630,7 @@ class Stages:
             job, settings = item
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
+            self._watches[ref] = _Watch()
             events.append(StageEvent("timing", job.candidate_id))
         now = time.monotonic()
         for when, index in [p for p in self._ping_later if p[0] <= now]:
@@ -548,19 +650,78 @@ class Stages:
                     events.append(event)
             else:
                 events.append(self._evaluation_done(ref))
+        events.extend(self._watch())
+        return events
+
+    def _watch(self) -> list[StageEvent]:
+        """Kill each evaluation its evaluator's heartbeat shows stuck (`_stuck`) and record a harness_error that
+        says why and what the judge was doing: the judge enforces the candidate's own limit, so an evaluation
+        stuck far past it is kgen's fault."""
+        import ray
+
+        events = []
         now = time.monotonic()
         for ref, (job, settings, index, started) in list(self._timing.items()):
-            limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
-            if now - started > limit_s:
-                del self._timing[ref]
-                ray.kill(self.actors[index], no_restart=False)
-                self._ping(index)
-                # the judge enforces the candidate's own limit; an evaluator silent far past it is kgen's fault
-                events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
-                    outcome="harness_error", device=settings.device, size=settings.size,
-                    message=f"no result from its evaluation worker after {limit_s:.0f} s (the judge enforces the "
-                            "candidate's time limit itself); the worker was killed and restarted"))))
+            reason = self._stuck(ref, settings, index, now - started)
+            if reason is None:
+                continue
+            del self._timing[ref]
+            self._watches.pop(ref, None)
+            ray.kill(self.actors[index], no_restart=False)
+            self._ping(index)
+            events.append(StageEvent("done", job.candidate_id, self._finish(job.candidate_id, EvalResult(
+                outcome="harness_error", device=settings.device, size=settings.size,
+                message=f"no result from its evaluation worker after {now - started:.0f} s: {reason}; the worker "
+                        "was killed and restarted (kgen's fault, not the candidate's)"))))
         return events
+
+    def _stuck(self, ref, settings: EvalSettings, index: int, elapsed_s: float) -> Optional[str]:
+        """Why the evaluation `ref` (on evaluator `index`, `elapsed_s` since it was sent) should be killed now,
+        or None. An evaluator asked for its progress every PROGRESS_EVERY_S is killed when (a) the candidate's
+        charged seconds are far past its limit, (b) its judge started no new step for longer than the step may
+        take, (c) it does not answer at all, or (d) the evaluation passed the hard bound for its problem's size.
+        A stand-in without `progress`: after 2 x the time limit + ACTOR_GRACE_S, as before."""
+        import ray
+        from ray.exceptions import RayError
+
+        if not hasattr(self.evaluator_class, "progress"):
+            limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
+            return (f"over the {limit_s:.0f} s limit (the judge enforces the candidate's time limit itself)"
+                    if elapsed_s > limit_s else None)
+        watch = self._watches[ref]
+        now = time.monotonic()
+        if watch.asked is not None:
+            done, _ = ray.wait([watch.asked], timeout=0)
+            if done:
+                with contextlib.suppress(RayError):  # it died: its evaluation's ref fails too (back to the queue)
+                    watch.seen(ray.get(done[0]), now)
+                watch.asked = None
+            elif now - watch.asked_at > PROGRESS_ANSWER_S:
+                return (f"its evaluator did not answer a progress call in {PROGRESS_ANSWER_S:.0f} s (its process is "
+                        f"hung){watch.last_state()}")
+        if watch.asked is None and now - watch.asked_at >= PROGRESS_EVERY_S:
+            watch.asked = self.actors[index].progress.options(concurrency_group="progress").remote()
+            watch.asked_at = now
+        progress = watch.progress
+        if progress is None:
+            return None
+        gb = progress.tensor_bytes / 1e9
+        charged_limit_s = settings.timeout_s * 2 + ACTOR_GRACE_S
+        if progress.charged_s > charged_limit_s:
+            return (f"the candidate's charged time ({progress.charged_s:.0f} s) is far past its "
+                    f"{settings.timeout_s:g} s limit, which the judge should have enforced; {progress.describe()}")
+        if progress.busy:
+            silent_limit_s = (progress.step_limit_s or 0.0) + SILENT_S + SILENT_S_PER_GB * gb
+            if progress.step_age_s > silent_limit_s:
+                return (f"its judge made no progress for {progress.step_age_s:.0f} s (that step may take "
+                        f"{silent_limit_s:.0f} s); {progress.describe()}")
+        elif not watch.seen_busy and elapsed_s > QUEUED_S + SILENT_S:  # else it ended: its result is on its way
+            return f"its evaluator did not start it in {QUEUED_S + SILENT_S:.0f} s (busy with earlier work)"
+        hard_s = settings.timeout_s * 2 + ACTOR_GRACE_S + HARD_S + HARD_S_PER_GB * gb
+        if elapsed_s - progress.waited_s > hard_s:
+            return (f"past the hard bound of {hard_s:.0f} s for a problem of {gb:.2g} GB of inputs and outputs "
+                    f"(its judge kept working); {progress.describe()}")
+        return None
 
     def cancel(self) -> None:
         """Drop everything in flight (Ctrl-C, an error): compile tasks are force-cancelled; actor
@@ -574,6 +735,7 @@ class Stages:
         self._compiling.clear()
         self._ready.clear()
         self._timing.clear()
+        self._watches.clear()
         self._compiled.clear()
         self._nodes.clear()
         self._requeued.clear()
