@@ -156,6 +156,12 @@ class CudaArena:
         return self.bytes[region.offset:region.offset + nbytes].view(dtype).view(region.shape)
 
     def close(self) -> None:
+        import torch
+
+        # Work this process queued on the range (a poison fill, a non-blocking copy to the host, a float64
+        # reference reading its inputs) may still be running when an evaluation ends early: unmapping under
+        # it faults that kernel, and the fault surfaces at this context's next call as an illegal address.
+        torch.cuda.synchronize(self.device_index)
         cuda = _cuda()
         self.bytes = None
         cuda.cuMemUnmap(ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.size))
