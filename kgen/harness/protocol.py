@@ -99,6 +99,10 @@ class Channel:
             raise BadFrame("not a message object")
         return message
 
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a frame may be read within `timeout_s` (bytes already buffered, or the socket readable)."""
+        return bool(self._buffer) or bool(select.select([self.sock], [], [], max(timeout_s, 0.0))[0])
+
     def take_fds(self) -> list[int]:
         fds, self._fds = self._fds, []
         return fds
@@ -231,4 +235,5 @@ class RunnerJob:
     seal: bool = True  # run: load the no-new-processes seccomp filter (off only with --no-sandbox)
     block_threads: bool = True  # the seal refuses new threads too: torch, triton and CUDA have started theirs
     training: bool = True  # ModelNew's mode: the reference's (kgen.core.records.judged_mode)
+    gate_index: Optional[int] = None  # KGEN_JUDGE_CLOCK=gate: this runner's word of the gate page (2nd descriptor)
     type: str = "job"

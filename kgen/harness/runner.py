@@ -314,6 +314,16 @@ class Runner:
             self._memory_stats = torch._C._cuda_memoryStats
         self.layout = Layout.from_json(job.layout)
         self.arena = open_arena(job.arena_kind, self.layout.size, fds[0], self.device.index or 0)
+        self.gate, self.gate_error = None, None
+        if job.gate_index is not None:  # the judge's gate clock (kgen.harness.gate): its page is the 2nd descriptor
+            self.gate_error = "no GPU" if not self.cuda else "no gate page was sent" if len(fds) < 2 else None
+            if self.gate_error is None:
+                from kgen.harness.gate import Gate
+
+                try:
+                    self.gate = Gate(torch, fds[1], job.gate_index, self._stream, self._record)
+                except Exception as e:  # noqa: BLE001 - the judge keeps today's clock and records why
+                    self.gate_error = f"{type(e).__name__}: {e}"[:500]
         for fd in fds[1:]:
             os.close(fd)
         self.models: dict[str, Any] = {}
@@ -371,12 +381,16 @@ class Runner:
                 pins.instance("the runner", self, (
                     "channel", "job", "torch", "device", "cuda", "arena", "layout", "out_regions", "counter",
                     "recorders", "pins", "timed_pins", "OpTrace", "Tensor", "strided", "_synchronize", "_record",
-                    "_elapsed", "_events", "_stream", "_memory_stats", "_manual_seed", "_sleep", "build_log", "probe"))
+                    "_elapsed", "_events", "_stream", "_memory_stats", "_manual_seed", "_sleep", "build_log", "probe",
+                    "gate"))
                 pins.instance("the runner's channel", channel, ("sock",))
                 pins.instance("the arena", self.arena, tuple(vars(self.arena)))
                 pins.instance("the launch counter", self.counter, ("files", "names"))
                 for label, obj in self._c_bindings():
                     pins.c_function(label, obj)
+                if self.gate is not None:
+                    pins.instance("the gate", self.gate, ("index", "stream", "_record", "host", "cu", "device_pointer",
+                                                          "_wait_value", "_launch", "kernel", "end_event"))
 
     def _c_bindings(self) -> list[tuple[str, Any]]:
         """The C functions a timed run calls outside the candidate's forward, pinned at the C level
@@ -571,8 +585,12 @@ class Runner:
         model = self.models.get(message.get("module", "candidate"))
         args = self.args()
         start, end = self._events
+        gate_value = message.get("gate")
+        gated = self.gate is not None and isinstance(gate_value, int)
         try:
-            if self._sleep is not None:
+            if gated:  # the judge opens this gate itself, once forward returned (kgen.judge.gate_clock)
+                self.gate.wait(gate_value)
+            elif self._sleep is not None:
                 self._sleep(LAUNCH_SHADOW_CYCLES)
             self._record(start, self._stream)
             with torch.no_grad():
@@ -582,6 +600,9 @@ class Runner:
             # the H100). Work the forward leaves on other streams is not in the events then (nor in the judge's
             # clock, if it overlaps the wait above); the judge's kernel audit (CUPTI, every stream) bounds it.
             self._record(end, self._stream)
+            if gated:  # recorded after forward returned: an earlier record by the candidate is superseded
+                self.gate.record_end()
+                self.channel.send({"type": "returned"})
             self.sync()
             elapsed = self._elapsed(start, end)
             described = self.deliver(out)
@@ -655,7 +676,10 @@ class Runner:
         self.channel.send({"type": "pong"})
 
     def serve(self) -> None:
-        self.channel.send({"type": "sealed", "versions": _versions()})
+        sealed = {"type": "sealed", "versions": _versions()}
+        if self.job.gate_index is not None:
+            sealed["gate"] = self.gate.describe() if self.gate is not None else {"error": self.gate_error}
+        self.channel.send(sealed)
         handlers = {"load": lambda m: self.load(m["module"], m["source"]), "forward": self.forward,
                     "timed": self.timed, "profile": lambda m: self.profile(), "window": lambda m: self.window(),
                     "ping": self.ping}

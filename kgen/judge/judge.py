@@ -38,7 +38,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Optional
 
 import torch
@@ -57,6 +57,7 @@ from kgen.harness.trace import OpTrace
 from kgen.judge import verify
 from kgen.judge.audit import Audits
 from kgen.judge.compile_step import CompileSteps
+from kgen.judge.gate_clock import GatePage, judge_clock
 from kgen.judge.heartbeat import Heartbeat
 from kgen.judge.sandbox import SandboxMode
 from kgen.judge.spares import RunnerSlot, SpareRunners, start_process
@@ -90,6 +91,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.evidence = Evidence()
         self.slots: list[RunnerSlot] = []
         self.arena = None
+        self.gate_page = None  # KGEN_JUDGE_CLOCK=gate: the gate words the runners wait on (kgen.judge.gate_clock)
         self.phases: dict[str, float] = {}
         self._mark = self._last_answer = time.monotonic()
         self._clock_running = False  # the candidate's time limit runs from the end of the reference phase
@@ -414,12 +416,17 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.evidence.details["runner_start"] = self.started(slot, "the sandbox's start")
         if self.left_s() <= 0:  # the candidate's own earlier run (its ablated copy) used up its time
             raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
-        slot.channel.send(asdict(job), fds=(self.arena.fd,))
+        slot.channel.send(asdict(job), fds=self.job_fds(job))
         sealed = self.receive(slot, "the runner's setup", ("sealed",))
+        slot.gate = sealed.get("gate") if isinstance(sealed.get("gate"), dict) else None
         versions = sealed.get("versions")
         if isinstance(versions, dict):
             self.versions = {k: _text(versions.get(k), 64) for k in ("torch_version", "triton_version", "cuda_version")}
         return slot
+
+    def job_fds(self, job: RunnerJob) -> tuple[int, ...]:
+        """The descriptors a runner's job travels with: the arena, and the gate page where the gate clock is on."""
+        return (self.arena.fd,) if job.gate_index is None else (self.arena.fd, self.gate_page.fd)
 
     def reference_runner_begin(self, job: RunnerJob) -> Optional[RunnerSlot]:
         """A second runner, given the same job but never any candidate code: the timing's trusted
@@ -427,7 +434,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
         runs while the candidate is verified; `reference_runner_end` waits for it."""
         try:
             slot = self.take(str(self.device), "run")
-            slot.channel.send(asdict(job), fds=(self.arena.fd,))
+            if job.gate_index is not None:  # its own word of the gate page
+                job = replace(job, gate_index=job.gate_index + 1)
+            slot.channel.send(asdict(job), fds=self.job_fds(job))
             return slot
         except (HarnessFault, OSError) as e:
             self.evidence.details["reference_runner"] = f"not available: {e}"
@@ -440,7 +449,8 @@ class Judge(CompileSteps, Audits, TimedRuns):
             return None
         try:
             self.started(slot, "the reference runner's start")
-            self.receive(slot, "the reference runner's setup", ("sealed",))
+            sealed = self.receive(slot, "the reference runner's setup", ("sealed",))
+            slot.gate = sealed.get("gate") if isinstance(sealed.get("gate"), dict) else None
             return slot
         except (HarnessFault, Verdict) as e:
             self.evidence.details["reference_runner"] = f"not available: {e}"
@@ -561,6 +571,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
                     details["ablation"] = "inconclusive: the ablated copy took its process down in the compile step"
                 if self.language == "cuda" and not self.gpu:  # compiled, but nothing can run here
                     raise Verdict(NOT_RUN, _cuda_not_run_message(details))
+            if self.gpu and judge_clock(self.settings.judge_clock) == "gate":
+                self.gate_page = GatePage()
+                job = replace(job, gate_index=0)  # the candidate's runner; the reference runner gets word 1
             reference = None
             for _attempt in range(2):
                 slot = self.start_runner(job)
@@ -641,6 +654,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
         if self.arena is not None:
             self.arena.close()
             self.arena = None
+        if self.gate_page is not None:
+            self.gate_page.close()
+            self.gate_page = None
         if self.gpu:
             torch.cuda.empty_cache()
             verify.release_pinned()
@@ -648,8 +664,6 @@ class Judge(CompileSteps, Audits, TimedRuns):
 
 def prebuild_cuda(problem: Problem, source: str, settings: EvalSettings, mode: SandboxMode) -> tuple[str, str, list]:
     """The CPU compile stage for a CUDA candidate (see Judge.prebuild)."""
-    from dataclasses import replace
-
     return Judge(problem, source, "cuda", replace(settings, device="cpu"), mode).prebuild()
 
 

@@ -31,6 +31,7 @@ class RunnerSlot:
     channel: Channel
     staging: Optional[Path] = None
     warm_sent: bool = False  # told to make its CUDA context before its job (it answers `warmed`)
+    gate: Optional[dict] = None  # KGEN_JUDGE_CLOCK=gate: what its `sealed` said of its gate (kgen.harness.gate)
 
     def close(self, keep_staging: bool = False) -> None:
         with contextlib.suppress(OSError):

@@ -1,0 +1,147 @@
+"""The runner's side of the judge's gate clock (KGEN_JUDGE_CLOCK=gate, issue 28; the judge's side is
+kgen.judge.gate_clock).
+
+A timed run enqueues, on the runner's stream: a wait on a gate word the judge writes -> the runner's start
+event -> forward -> the runner's end event -> an interprocess end event the judge polls from its host. The
+judge opens the gate itself and stamps its own clock then, so a start event the candidate records again
+mid-forward no longer shortens the judge's figure, and the end event is recorded by the runner after
+forward returned (a later record only makes it later).
+
+The gate page is a memfd the judge sealed against new writable mappings (F_SEAL_FUTURE_WRITE) before it
+sent it: this process maps it read-only and registers it with the driver as read-only device memory,
+so neither the candidate's host code nor its kernels can open the gate early. The wait is
+cuStreamWaitValue32 on that word; where the driver refuses stream memory operations, a one-thread
+kernel spins on it (probe 2's gate kernel, benchmarks/probe_ipc_clock2.py) with a timeout, so a gate
+nobody opens cannot hang the GPU for good.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from typing import Any
+
+PAGE_BYTES = 4096
+WORD_BYTES = 4
+CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
+CU_MEMHOSTREGISTER_READ_ONLY = 0x08
+CU_STREAM_WAIT_VALUE_GEQ = 0x0
+GATE_KERNEL_TIMEOUT_NS = 10_000_000_000  # the spinning gate gives up after 10 s: the judge's deadline kills us first
+
+# One thread spins until *flag >= value (or the global timer passes the timeout): the gate where stream
+# memory operations are refused. Loaded by the driver from PTX: no nvcc, no Triton.
+GATE_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry kgen_gate(.param .u64 flag, .param .u32 value, .param .u64 timeout_ns)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd1, [flag];
+    cvta.to.global.u64 %rd1, %rd1;
+    ld.param.u32 %r1, [value];
+    ld.param.u64 %rd2, [timeout_ns];
+    mov.u64 %rd3, %globaltimer;
+    add.s64 %rd3, %rd3, %rd2;
+SPIN:
+    ld.volatile.global.u32 %r2, [%rd1];
+    setp.ge.u32 %p1, %r2, %r1;
+    @%p1 bra DONE;
+    mov.u64 %rd4, %globaltimer;
+    setp.gt.u64 %p2, %rd4, %rd3;
+    @%p2 bra DONE;
+    bra SPIN;
+DONE:
+    ret;
+}
+"""
+
+
+class GateError(RuntimeError):
+    """The gate cannot be set up here: the runner reports it and the judge keeps today's clock."""
+
+
+def map_read_only(fd: int, size: int = PAGE_BYTES) -> int:
+    """The address of a read-only shared mapping of `fd` (mmap(2) through libc: Python's mmap object
+    hides the address of a read-only map). A writable shared mapping of the judge's sealed page fails."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise GateError(f"cannot map the gate page: errno {ctypes.get_errno()}")
+    return address
+
+
+def read_word(address: int, index: int) -> int:
+    """The gate word `index` as this process sees it (tests and diagnostics)."""
+    return ctypes.c_uint32.from_address(address + WORD_BYTES * index).value
+
+
+class Gate:
+    """The runner's gate: word `index` of the judge's page, registered read-only with the driver, and the
+    interprocess end event whose handle goes to the judge once (in the `sealed` message). Built before
+    any candidate code exists in the process; every driver function it calls is bound here."""
+
+    def __init__(self, torch: Any, fd: int, index: int, stream: Any, record: Any):
+        if not 0 <= index < PAGE_BYTES // WORD_BYTES:
+            raise GateError(f"gate word {index} is outside the page")
+        self.index, self.stream, self._record = index, stream, record
+        self.host = map_read_only(fd) + WORD_BYTES * index
+        self.cu = cu = ctypes.CDLL("libcuda.so.1")
+        register = getattr(cu, "cuMemHostRegister_v2", None) or cu.cuMemHostRegister
+        register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        self._check(register(ctypes.c_void_p(self.host - WORD_BYTES * index), PAGE_BYTES,
+                             CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY),
+                    "cuMemHostRegister (read-only)")
+        pointer = ctypes.c_uint64()
+        get_pointer = getattr(cu, "cuMemHostGetDevicePointer_v2", None) or cu.cuMemHostGetDevicePointer
+        self._check(get_pointer(ctypes.byref(pointer), ctypes.c_void_p(self.host), 0), "cuMemHostGetDevicePointer")
+        self.device_pointer = pointer.value
+        self._wait_value = getattr(cu, "cuStreamWaitValue32_v2", None) or cu.cuStreamWaitValue32
+        self._wait_value.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self._launch = cu.cuLaunchKernel
+        self._launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.kernel = None
+        # a wait on 0 passes at once: whether this driver takes stream memory operations at all
+        if self._wait_value(ctypes.c_void_p(stream.cuda_stream), self.device_pointer, 0, CU_STREAM_WAIT_VALUE_GEQ):
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            self._check(cu.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(GATE_PTX.encode())),
+                        "cuModuleLoadData (the gate kernel)")
+            self._check(cu.cuModuleGetFunction(ctypes.byref(function), module, b"kgen_gate"), "kgen_gate")
+            self.kernel = function
+        self.kind = "cuStreamWaitValue32" if self.kernel is None else "gate kernel (stream memory operations refused)"
+        # cudaEventInterprocess | cudaEventDisableTiming: its state is shared, the judge queries it from its host
+        self.end_event = torch.cuda.Event(enable_timing=False, interprocess=True)
+        self._record(self.end_event, stream)
+        torch.cuda.synchronize()
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            text = ctypes.c_char_p()
+            self.cu.cuGetErrorString(status, ctypes.byref(text))
+            raise GateError(f"{what}: CUDA driver error {status} ({(text.value or b'?').decode()})")
+
+    def describe(self) -> dict[str, Any]:
+        """What the judge needs, sent once: the end event's handle and how the gate waits."""
+        return {"end_event": bytes(self.end_event.ipc_handle()).hex(), "wait": self.kind, "index": self.index}
+
+    def wait(self, value: int) -> None:
+        """Enqueue, on the runner's stream, a wait until the gate word reaches `value`."""
+        stream = ctypes.c_void_p(self.stream.cuda_stream)
+        if self.kernel is None:
+            self._check(self._wait_value(stream, self.device_pointer, value & 0xFFFFFFFF, CU_STREAM_WAIT_VALUE_GEQ),
+                        "cuStreamWaitValue32")
+            return
+        values = [ctypes.c_uint64(self.device_pointer), ctypes.c_uint32(value & 0xFFFFFFFF),
+                  ctypes.c_uint64(GATE_KERNEL_TIMEOUT_NS)]
+        params = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        self._check(self._launch(self.kernel, 1, 1, 1, 1, 1, 1, 0, stream, ctypes.cast(params, ctypes.c_void_p), None),
+                    "the gate kernel's launch")
+
+    def record_end(self) -> None:
+        """The interprocess end event, right behind the runner's own end event."""
+        self._record(self.end_event, self.stream)
