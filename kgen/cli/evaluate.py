@@ -86,7 +86,13 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
 
         probe_early(device != "cpu" if device is not None else os.path.exists("/dev/nvidiactl"))
     from kgen.judge.evaluate import evaluate_one
+    from kgen.judge.gate_clock import judge_clock
     from kgen.problems.problem import load_problem
+
+    try:
+        judge_clock(None)  # KGEN_JUDGE_CLOCK, checked before anything is loaded
+    except ValueError as e:
+        raise KgenError(str(e)) from None
 
     if device is None:
         import torch
