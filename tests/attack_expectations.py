@@ -158,6 +158,13 @@ XFAIL: dict[str, str] = {
 # `static_reject` since the C-level pins: it no longer reaches the clock.)
 CLOCK_MATRIX = tuple(("c8_rerecord_start", share, 0.0) for share in (0.0, 0.05, 0.2, 0.5))
 CLOCK_SIZES = ("small", "full")
+# The same matrix under the judge's gate clock (KGEN_JUDGE_CLOCK=gate, kgen.judge.gate_clock): its floor is
+# microseconds, so every shave that leaves out a launch (1 of 20: ~3 µs of the short kernel, ~0.25 ms of the
+# long one) must be `suspicious`, by the gate clock itself; the share-0 runs honest, with the check made.
+GATE_CLOCK_MATRIX = CLOCK_MATRIX
+# Honest starters whose gated timing must never be flagged (kernels of ~0.3 to ~1.4 ms on the H100).
+GATE_HONEST_STARTERS = (("softmax", "triton_row_in_registers.py"), ("layernorm", "triton_split_stats.py"),
+                        ("matmul", "triton_3xtf32_asplit.py"), ("conv2d", "triton_3xtf32_s2d.py"))
 
 
 def shave_variant(source: str, share: float, ms: float) -> str:
