@@ -129,11 +129,12 @@ class FakeRunner:
     `returned` (before the gate opens, or, where its forward synchronizes inside, only after), and marks the
     end event done when its GPU is done."""
 
-    def __init__(self, page: GatePage, index: int, gpu_s: float, syncs_inside: bool = False, fails: bool = False):
+    def __init__(self, page: GatePage, index: int, gpu_s: float, syncs_inside: bool = False, fails: bool = False,
+                 host_s: float = 0.0):
         self.judge_end, runner_end = socket.socketpair()
         self.channel, self.runner = Channel(self.judge_end), Channel(runner_end)
         self.address, self.index, self.gpu_s = map_read_only(page.fd), index, gpu_s
-        self.syncs_inside, self.fails = syncs_inside, fails
+        self.syncs_inside, self.fails, self.host_s = syncs_inside, fails, host_s
         self.done = threading.Event()
         self.gate_seen_at = None
         threading.Thread(target=self.serve, daemon=True).start()
@@ -155,6 +156,7 @@ class FakeRunner:
         if self.syncs_inside:  # forward waits for its own GPU work, which waits for the gate
             while self.gate_seen_at is None:
                 time.sleep(1e-5)
+        time.sleep(self.host_s)  # forward's host time: its launches, queued behind the gate
         self.runner.send({"type": "returned"})
 
     def run(self, page: GatePage, shadow_s: float = 0.02) -> tuple[GatedRun, float]:
@@ -180,10 +182,11 @@ def page():
 
 
 def test_the_gate_opens_when_forward_returns_and_the_judge_times_the_gpu_from_there(page):
-    runner = FakeRunner(page, 0, gpu_s=0.02)
-    gated, _ = runner.run(page, shadow_s=1.0)
+    """The judge's time holds the GPU's 20 ms from the gate on, not forward's 300 ms of host time before it."""
+    runner = FakeRunner(page, 0, gpu_s=0.02, host_s=0.3)
+    gated, asked = runner.run(page, shadow_s=1.0)
     assert gated.opened_by == "return" and gated.held and gated.pending_at_first_poll and gated.clean
-    assert 20 <= gated.judge_ms < 60
+    assert 20 <= gated.judge_ms < 300 and runner.gate_seen_at - asked >= 0.3
     assert runner.done.is_set()
 
 

@@ -312,7 +312,9 @@ class Stopwatch:
         clean = [(g.judge_ms, ms) for g, ms in runs if g.clean]
         report.update(runs=len(runs), clean_runs=len(clean), timed_runs=timed_runs,
                       shadow_runs=sum(g.opened_by == "shadow" for g, _ in runs),
-                      not_held_runs=sum(g.held is False for g, _ in runs), null_runs=len(nulls), null_from=null_from,
+                      not_held_runs=sum(g.held is False for g, _ in runs),
+                      pending_runs=sum(g.pending_at_first_poll for g, _ in runs), null_runs=len(nulls),
+                      null_from=null_from,
                       samples=[[round(g.judge_ms, 5), round(ms, 5), g.opened_by, g.clean] for g, ms in runs[:500]],
                       null_samples=[[round(j, 5), round(ms, 5)] for j, ms in nulls[:300]])
         if len(clean) < max(MIN_GATE_RUNS, timed_runs / 2) or len(nulls) < MIN_GATE_RUNS:
