@@ -9,7 +9,8 @@
 #    clean/shadow runs) and the first timed runs of each, then the same starter with today's clock for comparison
 # Writes $OUT/judge_gate-summary.txt, $OUT/judge_gate/*.json. If the gate cannot be set up (e.g. the runner's
 # interprocess end event cannot be opened across the sandbox's PID namespace), each evaluation says so in
-# details.judge_clock.unavailable: printed below as "UNAVAILABLE: ...".
+# details.judge_clock.unavailable: printed below as "UNAVAILABLE: ...". Where the interprocess event cannot be opened
+# but stream memory operations work, the runs are timed to each runner's end word instead ("gate clock ends: ...").
 set -uo pipefail
 start=$(date +%s); deadline=${1:-320}
 left() { echo $(( deadline - ($(date +%s) - start) )); }
@@ -28,6 +29,7 @@ if g is None:
     sys.exit(0)
 if g.get("unavailable"):
     print(f"  gate clock UNAVAILABLE: {g['unavailable']}")
+print(f"  gate clock ends: {g.get('end')}")
 print(f"  gate clock ({g.get('wait')}): check {g.get('check')}; runs {g.get('runs')} clean {g.get('clean_runs')} "
       f"shadow {g.get('shadow_runs')} not held {g.get('not_held_runs')}; judge median {g.get('judge_median_ms')} "
       f"ms, runner median {g.get('runner_median_ms')} ms, null offset {g.get('null_offset_ms')} ms ({g.get('null_from')}, "

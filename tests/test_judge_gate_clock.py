@@ -60,6 +60,7 @@ def _stopwatch(candidate: list[GatedRun], runner_ms: float, nulls: int) -> Stopw
     """A Stopwatch holding recorded gated runs only (what gate_report reads)."""
     watch = object.__new__(Stopwatch)
     watch.page, watch.gate_errors, watch.gate_wait = object(), {}, "cuStreamWaitValue32"
+    watch.gate_ends = {"candidate's runner": "interprocess event", "reference runner": "interprocess event"}
     watch.gate_candidate = [(g, runner_ms) for g in candidate]
     watch.gate_null = [(GatedRun("return", True, True, OFFSET_MS), 0.001) for _ in range(nulls)]
     watch.gate_calibration = []
@@ -112,6 +113,27 @@ def test_the_runner_sees_the_judges_gate_and_cannot_open_it():
         assert read_word(address, 1) == 7
     finally:
         page.close()
+
+
+def test_a_runners_end_page_is_its_own_to_write_and_the_judge_reads_it():
+    """The end word (where the interprocess end event cannot be opened): the runner's stream writes the run's
+    value into its own page, unsealed, and the judge's poll reads it there."""
+    import ctypes
+
+    end = GatePage(sealed=False)
+    try:
+        address = map_read_only(end.fd, writable=True)
+        ctypes.c_uint32.from_address(address).value = 5
+        assert end.read(0) == 5 and end.read(1) == 0
+    finally:
+        end.close()
+
+
+def test_no_check_is_claimed_when_the_runners_runs_end_on_different_signals():
+    runs = [GatedRun("return", True, True, 1.0)] * 20
+    watch = _stopwatch(runs, 1.0, 20)
+    watch.gate_ends = {"candidate's runner": "interprocess event", "reference runner": "end word (...)"}
+    assert watch.gate_report(1.0, 20)["check"].startswith("not made: the two runners")
 
 
 def test_the_job_carries_the_runners_gate_word():

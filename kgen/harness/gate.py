@@ -7,6 +7,9 @@ judge opens the gate itself and stamps its own clock then, so a start event the 
 mid-forward no longer shortens the judge's figure, and the end event is recorded by the runner after
 forward returned (a later record only makes it later).
 
+The end word: where the judge cannot open the interprocess event (legacy CUDA IPC across the sandbox's
+namespaces), the stream also writes the run's value into this runner's own end page after the end event.
+
 The gate page is a memfd the judge sealed against new writable mappings (F_SEAL_FUTURE_WRITE) before it
 sent it: this process maps it read-only and registers it with the driver as read-only device memory,
 so neither the candidate's host code nor its kernels can open the gate early. The wait is
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from typing import Any
+from typing import Any, Optional
 
 PAGE_BYTES = 4096
 WORD_BYTES = 4
@@ -64,15 +67,17 @@ class GateError(RuntimeError):
     """The gate cannot be set up here: the runner reports it and the judge keeps today's clock."""
 
 
-def map_read_only(fd: int, size: int = PAGE_BYTES) -> int:
+def map_read_only(fd: int, size: int = PAGE_BYTES, writable: bool = False) -> int:
     """The address of a read-only shared mapping of `fd` (mmap(2) through libc: Python's mmap object
-    hides the address of a read-only map). A writable shared mapping of the judge's sealed page fails."""
+    hides the address of a read-only map). A writable shared mapping of the judge's sealed page fails;
+    `writable`: of the runner's own end page."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    address = libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
     if address in (None, ctypes.c_void_p(-1).value):
-        raise GateError(f"cannot map the gate page: errno {ctypes.get_errno()}")
+        raise GateError(f"cannot map the {'end' if writable else 'gate'} page: errno {ctypes.get_errno()}")
     return address
 
 
@@ -86,7 +91,7 @@ class Gate:
     interprocess end event whose handle goes to the judge once (in the `sealed` message). Built before
     any candidate code exists in the process; every driver function it calls is bound here."""
 
-    def __init__(self, torch: Any, fd: int, index: int, stream: Any, record: Any):
+    def __init__(self, torch: Any, fd: int, index: int, stream: Any, record: Any, end_fd: Optional[int] = None):
         if not 0 <= index < PAGE_BYTES // WORD_BYTES:
             raise GateError(f"gate word {index} is outside the page")
         self.index, self.stream, self._record = index, stream, record
@@ -114,9 +119,31 @@ class Gate:
             self._check(cu.cuModuleGetFunction(ctypes.byref(function), module, b"kgen_gate"), "kgen_gate")
             self.kernel = function
         self.kind = "cuStreamWaitValue32" if self.kernel is None else "gate kernel (stream memory operations refused)"
-        # cudaEventInterprocess | cudaEventDisableTiming: its state is shared, the judge queries it from its host
-        self.end_event = torch.cuda.Event(enable_timing=False, interprocess=True)
-        self._record(self.end_event, stream)
+        # cudaEventInterprocess | cudaEventDisableTiming: its state is shared, the judge queries it from its host.
+        # Legacy CUDA IPC may not cross the sandbox's PID and IPC namespaces (its memory handles do not): then the
+        # end word below, a word of this runner's own end page the stream writes after the end event, stands in
+        # (weaker: a kernel of this process could write it too; the judge says which end it used)
+        self.end_event, self.end_event_error = None, None
+        try:
+            self.end_event = torch.cuda.Event(enable_timing=False, interprocess=True)
+            self._record(self.end_event, stream)
+            self.end_handle = bytes(self.end_event.ipc_handle()).hex()
+        except Exception as e:  # noqa: BLE001 - the end word is the judge's alternative
+            self.end_event, self.end_event_error = None, f"{type(e).__name__}: {e}"[:300]
+        self.end_pointer, self._write_value = None, None
+        if end_fd is not None:
+            end_host = map_read_only(end_fd, writable=True)
+            self._check(register(ctypes.c_void_p(end_host), PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP),
+                        "cuMemHostRegister (the end page)")
+            self._check(get_pointer(ctypes.byref(pointer), ctypes.c_void_p(end_host), 0), "cuMemHostGetDevicePointer")
+            self.end_pointer = pointer.value
+            self._write_value = getattr(cu, "cuStreamWriteValue32_v2", None) or cu.cuStreamWriteValue32
+            self._write_value.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+            if self.kernel is not None:  # no stream memory operations: no end word either
+                self.end_pointer = None
+        if self.end_event is None and self.end_pointer is None:
+            raise GateError(f"no end signal the judge can see: the interprocess event failed ({self.end_event_error})"
+                            " and stream memory operations are refused")
         torch.cuda.synchronize()
 
     def _check(self, status: int, what: str) -> None:
@@ -126,8 +153,11 @@ class Gate:
             raise GateError(f"{what}: CUDA driver error {status} ({(text.value or b'?').decode()})")
 
     def describe(self) -> dict[str, Any]:
-        """What the judge needs, sent once: the end event's handle and how the gate waits."""
-        return {"end_event": bytes(self.end_event.ipc_handle()).hex(), "wait": self.kind, "index": self.index}
+        """What the judge needs, sent once: the end event's handle (or why there is none), whether the end word
+        is written, and how the gate waits."""
+        return {"end_event": self.end_handle if self.end_event is not None else None,
+                "end_event_error": self.end_event_error, "end_word": self.end_pointer is not None,
+                "wait": self.kind, "index": self.index}
 
     def wait(self, value: int) -> None:
         """Enqueue, on the runner's stream, a wait until the gate word reaches `value`."""
@@ -142,6 +172,11 @@ class Gate:
         self._check(self._launch(self.kernel, 1, 1, 1, 1, 1, 1, 0, stream, ctypes.cast(params, ctypes.c_void_p), None),
                     "the gate kernel's launch")
 
-    def record_end(self) -> None:
-        """The interprocess end event, right behind the runner's own end event."""
-        self._record(self.end_event, self.stream)
+    def record_end(self, value: int) -> None:
+        """The interprocess end event, right behind the runner's own end event, and the end word = `value` (the
+        run's gate value) behind it."""
+        if self.end_event is not None:
+            self._record(self.end_event, self.stream)
+        if self.end_pointer is not None:
+            self._check(self._write_value(ctypes.c_void_p(self.stream.cuda_stream), self.end_pointer,
+                                          value & 0xFFFFFFFF, 0), "cuStreamWriteValue32")

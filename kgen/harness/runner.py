@@ -321,7 +321,8 @@ class Runner:
                 from kgen.harness.gate import Gate
 
                 try:
-                    self.gate = Gate(torch, fds[1], job.gate_index, self._stream, self._record)
+                    self.gate = Gate(torch, fds[1], job.gate_index, self._stream, self._record,
+                                     fds[2] if len(fds) > 2 else None)
                 except Exception as e:  # noqa: BLE001 - the judge keeps today's clock and records why
                     self.gate_error = f"{type(e).__name__}: {e}"[:500]
         for fd in fds[1:]:
@@ -390,7 +391,8 @@ class Runner:
                     pins.c_function(label, obj)
                 if self.gate is not None:
                     pins.instance("the gate", self.gate, ("index", "stream", "_record", "host", "cu", "device_pointer",
-                                                          "_wait_value", "_launch", "kernel", "end_event"))
+                                                          "_wait_value", "_launch", "kernel", "end_event",
+                                                          "end_pointer", "_write_value"))
 
     def _c_bindings(self) -> list[tuple[str, Any]]:
         """The C functions a timed run calls outside the candidate's forward, pinned at the C level
@@ -601,7 +603,7 @@ class Runner:
             # clock, if it overlaps the wait above); the judge's kernel audit (CUPTI, every stream) bounds it.
             self._record(end, self._stream)
             if gated:  # recorded after forward returned: an earlier record by the candidate is superseded
-                self.gate.record_end()
+                self.gate.record_end(gate_value)
                 self.channel.send({"type": "returned"})
             self.sync()
             elapsed = self._elapsed(start, end)

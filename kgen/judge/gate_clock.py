@@ -39,14 +39,20 @@ def judge_clock(setting: Optional[str]) -> str:
 
 class GatePage:
     """One page of gate words, a memfd the judge maps writable and then seals: whoever receives the
-    descriptor (the runners) can map it read-only and nothing else, so only the judge opens a gate."""
+    descriptor (the runners) can map it read-only and nothing else, so only the judge opens a gate.
+    Unsealed (`sealed=False`): a runner's own end page, which its stream writes and the judge reads."""
 
-    def __init__(self):
-        self.fd = os.memfd_create("kgen-gate", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    def __init__(self, sealed: bool = True):
+        self.fd = os.memfd_create("kgen-gate" if sealed else "kgen-end", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, PAGE_BYTES)
         self.map = mmap.mmap(self.fd, PAGE_BYTES)
-        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # the mapping's size is fixed either way
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals | F_SEAL_FUTURE_WRITE if sealed else seals)
         self.values = [0] * (PAGE_BYTES // WORD_BYTES)
+
+    def read(self, index: int) -> int:
+        """Word `index` as it is now (the end word a runner's stream wrote)."""
+        return struct.unpack_from("<I", self.map, WORD_BYTES * index)[0]
 
     def open(self, index: int, value: int) -> None:
         """Write gate word `index` = `value` (values only grow: a runner waits for >= its run's value)."""

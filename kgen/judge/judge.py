@@ -92,6 +92,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self.slots: list[RunnerSlot] = []
         self.arena = None
         self.gate_page = None  # KGEN_JUDGE_CLOCK=gate: the gate words the runners wait on (kgen.judge.gate_clock)
+        self.end_pages: list = []  # and each runner's end page, where the interprocess end event cannot be opened
         self.phases: dict[str, float] = {}
         self._mark = self._last_answer = time.monotonic()
         self._clock_running = False  # the candidate's time limit runs from the end of the reference phase
@@ -426,7 +427,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
 
     def job_fds(self, job: RunnerJob) -> tuple[int, ...]:
         """The descriptors a runner's job travels with: the arena, and the gate page where the gate clock is on."""
-        return (self.arena.fd,) if job.gate_index is None else (self.arena.fd, self.gate_page.fd)
+        if job.gate_index is None:
+            return (self.arena.fd,)
+        return self.arena.fd, self.gate_page.fd, self.end_pages[job.gate_index].fd
 
     def reference_runner_begin(self, job: RunnerJob) -> Optional[RunnerSlot]:
         """A second runner, given the same job but never any candidate code: the timing's trusted
@@ -573,6 +576,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
                     raise Verdict(NOT_RUN, _cuda_not_run_message(details))
             if self.gpu and judge_clock(self.settings.judge_clock) == "gate":
                 self.gate_page = GatePage()
+                self.end_pages = [GatePage(sealed=False), GatePage(sealed=False)]  # each runner's own
                 job = replace(job, gate_index=0)  # the candidate's runner; the reference runner gets word 1
             reference = None
             for _attempt in range(2):
@@ -655,8 +659,9 @@ class Judge(CompileSteps, Audits, TimedRuns):
             self.arena.close()
             self.arena = None
         if self.gate_page is not None:
-            self.gate_page.close()
-            self.gate_page = None
+            for page in (self.gate_page, *self.end_pages):
+                page.close()
+            self.gate_page, self.end_pages = None, []
         if self.gpu:
             torch.cuda.empty_cache()
             verify.release_pinned()

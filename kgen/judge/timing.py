@@ -10,6 +10,7 @@ import math
 import secrets
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -238,6 +239,7 @@ class Stopwatch:
         self.page = getattr(judge, "gate_page", None)
         self.gates: dict[int, Any] = {}  # id(slot) -> (gate index, the runner's end event), or None
         self.gate_errors: dict[str, str] = {}
+        self.gate_ends: dict[str, str] = {}  # which end signal each runner's gated runs are timed to
         self.last_gated: Optional[tuple[GatedRun, float]] = None
         self.gate_candidate: list[tuple[GatedRun, float]] = []
         self.gate_null: list[tuple[GatedRun, float]] = []
@@ -255,12 +257,12 @@ class Stopwatch:
         gate, self.last_gated = self.gate_of(slot), None
         request: dict[str, Any] = {"type": "timed", "module": module}
         if gate is not None:
-            index, end_event = gate
+            index, end_done = gate
             request["gate"] = value = self.page.next_value(index)
         started = time.perf_counter()
         slot.channel.send(request)
         gated = None if gate is None else gated_run(
-            lambda: self.page.open(index, value), end_event.query, slot.channel.readable,
+            lambda: self.page.open(index, value), lambda: end_done(value), slot.channel.readable,
             lambda: self.judge.receive(slot, stage, ("returned",)),
             time.perf_counter() + max(self.judge.left_s(), 0.01))
         reply = self.judge.receive(slot, stage, ("timed",))
@@ -274,10 +276,10 @@ class Stopwatch:
             self.last_gated = (gated, ms)
         return seed, inputs, wall_ms, ms, reply
 
-    def gate_of(self, slot: RunnerSlot) -> Optional[tuple[int, Any]]:
-        """(gate index, the runner's interprocess end event, opened here) where the gate clock is on for
-        `slot`; None where it is off or its runner could not set its gate up (today's clock then; why is
-        recorded)."""
+    def gate_of(self, slot: RunnerSlot) -> Optional[tuple[int, Callable[[int], bool]]]:
+        """(gate index, whether the run with a gate value has ended) where the gate clock is on for `slot`: the
+        runner's interprocess end event, opened here, or else its end word; None where the gate clock is off
+        or the runner could not set its gate up (today's clock then; why is recorded)."""
         if self.page is None or slot.gate is None:
             return None
         if id(slot) not in self.gates:
@@ -287,10 +289,21 @@ class Stopwatch:
                 if slot.gate.get("error") is not None:
                     raise RuntimeError(_text(slot.gate.get("error"), 500))
                 index = int(slot.gate["index"])
-                event = torch.cuda.Event.from_ipc_handle(self.device, bytes.fromhex(str(slot.gate["end_event"])))
-                self.gates[id(slot)] = (index, event)
+                try:
+                    handle = bytes.fromhex(str(slot.gate["end_event"]))
+                    event = torch.cuda.Event.from_ipc_handle(self.device, handle)
+                    event.query()
+                    self.gates[id(slot)] = (index, lambda value: event.query())
+                    self.gate_ends[label] = "interprocess event"
+                except Exception as e:  # legacy CUDA IPC may not cross the sandbox's namespaces
+                    if slot.gate.get("end_word") is not True:
+                        raise
+                    page = self.judge.end_pages[index]
+                    self.gates[id(slot)] = (index, lambda value: page.read(0) >= value)
+                    self.gate_ends[label] = (f"end word (the interprocess event: {type(e).__name__}: {e}"[:300]
+                                             + f"; runner: {_text(slot.gate.get('end_event_error'), 200)})")
                 self.gate_wait = _text(slot.gate.get("wait"), 80)
-            except Exception as e:  # noqa: BLE001 - e.g. an interprocess event that cannot cross PID namespaces
+            except Exception as e:  # noqa: BLE001 - no end signal this judge can see
                 self.gate_errors[label] = f"{type(e).__name__}: {e}"[:500]
         return self.gates[id(slot)]
 
@@ -301,9 +314,12 @@ class Stopwatch:
         decides alone, and the report says why)."""
         if self.page is None:
             return None
-        report: dict[str, Any] = {"clock": "gate", "wait": getattr(self, "gate_wait", None)}
+        report: dict[str, Any] = {"clock": "gate", "wait": getattr(self, "gate_wait", None), "end": self.gate_ends}
         if self.gate_errors:
             report["unavailable"] = self.gate_errors
+        if len({kind.split(" (")[0] for kind in self.gate_ends.values()}) > 1:
+            report["check"] = "not made: the two runners' runs end on different signals"
+            return report
         runs = self.gate_candidate
         interleaved = [(g.judge_ms, ms) for g, ms in self.gate_null if g.clean]
         nulls, null_from = (interleaved, "interleaved runs of the reference runner") \
