@@ -164,7 +164,7 @@ CLOCK_SIZES = ("small", "full")
 GATE_CLOCK_MATRIX = CLOCK_MATRIX
 # Honest starters whose gated timing must never be flagged (kernels of ~0.3 to ~1.4 ms on the H100).
 GATE_HONEST_STARTERS = (("softmax", "triton_row_in_registers.py"), ("layernorm", "triton_split_stats.py"),
-                        ("matmul", "triton_3xtf32_asplit.py"), ("conv2d", "triton_3xtf32_s2d.py"))
+                        ("matmul", "triton_3xtf32_asplit.py"))
 
 
 def shave_variant(source: str, share: float, ms: float) -> str:
