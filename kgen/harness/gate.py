@@ -95,17 +95,18 @@ class Gate:
         if not 0 <= index < PAGE_BYTES // WORD_BYTES:
             raise GateError(f"gate word {index} is outside the page")
         self.index, self.stream, self._record = index, stream, record
-        self.host = map_read_only(fd) + WORD_BYTES * index
+        page = map_read_only(fd)
+        self.host = page + WORD_BYTES * index
         self.cu = cu = ctypes.CDLL("libcuda.so.1")
         register = getattr(cu, "cuMemHostRegister_v2", None) or cu.cuMemHostRegister
         register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-        self._check(register(ctypes.c_void_p(self.host - WORD_BYTES * index), PAGE_BYTES,
+        self._check(register(ctypes.c_void_p(page), PAGE_BYTES,
                              CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY),
                     "cuMemHostRegister (read-only)")
         pointer = ctypes.c_uint64()
         get_pointer = getattr(cu, "cuMemHostGetDevicePointer_v2", None) or cu.cuMemHostGetDevicePointer
-        self._check(get_pointer(ctypes.byref(pointer), ctypes.c_void_p(self.host), 0), "cuMemHostGetDevicePointer")
-        self.device_pointer = pointer.value
+        self._check(get_pointer(ctypes.byref(pointer), ctypes.c_void_p(page), 0), "cuMemHostGetDevicePointer")
+        self.device_pointer = pointer.value + WORD_BYTES * index
         self._wait_value = getattr(cu, "cuStreamWaitValue32_v2", None) or cu.cuStreamWaitValue32
         self._wait_value.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
         self._launch = cu.cuLaunchKernel
