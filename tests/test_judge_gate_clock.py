@@ -206,7 +206,7 @@ def page():
 def test_the_gate_opens_when_forward_returns_and_the_judge_times_the_gpu_from_there(page):
     """The judge's time holds the GPU's 20 ms from the gate on, not forward's 300 ms of host time before it."""
     runner = FakeRunner(page, 0, gpu_s=0.02, host_s=0.3)
-    gated, asked = runner.run(page, shadow_s=1.0)
+    gated, asked = runner.run(page, shadow_s=5.0)
     assert gated.opened_by == "return" and gated.held and gated.pending_at_first_poll and gated.clean
     assert 20 <= gated.judge_ms < 300 and runner.gate_seen_at - asked >= 0.3
     assert runner.done.is_set()
@@ -223,14 +223,14 @@ def test_a_forward_that_synchronizes_inside_gets_the_gate_after_the_shadow_and_d
 def test_the_gate_opens_even_when_the_runner_fails(page):
     runner = FakeRunner(page, 0, gpu_s=0.0, fails=True)
     with pytest.raises(RuntimeError, match="boom"):
-        runner.run(page, shadow_s=1.0)
+        runner.run(page, shadow_s=5.0)
     assert read_word(runner.address, 0) == page.values[0] == 1  # the runner's stream is not left waiting
 
 
 def test_an_end_event_already_done_before_the_gate_opened_is_not_held(page):
     runner = FakeRunner(page, 0, gpu_s=1.0)
     runner.done.set()  # as if the stream had not waited for the gate
-    gated, _ = runner.run(page, shadow_s=1.0)
+    gated, _ = runner.run(page, shadow_s=5.0)
     assert gated.opened_by == "return" and gated.held is False and not gated.clean
 
 
