@@ -136,6 +136,26 @@ def test_no_check_is_claimed_when_the_runners_runs_end_on_different_signals():
     assert watch.gate_report(1.0, 20)["check"].startswith("not made: the two runners")
 
 
+def test_a_driver_function_rewritten_at_the_c_level_changes_the_gates_fingerprint():
+    """The gate is as good as its wait: a function whose code is patched (here a `ret` in a page of our own
+    standing in for cuStreamWaitValue32) or a ctypes pointer aimed elsewhere no longer matches."""
+    import ctypes
+
+    from kgen.harness.gate import code_fingerprint
+
+    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    code.write(b"\x90" * 64)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(code))
+    wait = ctypes.CFUNCTYPE(None)(address)
+    other = ctypes.CFUNCTYPE(None)(address + 8)
+    before = code_fingerprint([wait])
+    assert before == code_fingerprint([wait]) and before[0][0] == address
+    assert code_fingerprint([other]) != before
+    code[0:1] = b"\xc3"
+    assert code_fingerprint([wait]) != before
+    del wait, other
+
+
 def test_the_job_carries_the_runners_gate_word():
     job = RunnerJob(mode="run", device="cuda:0", arena_kind="cuda", layout={}, args=[], init_inputs=[], weights={},
                     outputs=[], model_seed=1, gate_index=1)

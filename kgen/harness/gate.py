@@ -63,6 +63,20 @@ DONE:
 """
 
 
+CODE_BYTES = 32  # of each driver function the gate calls: a patched entry (a jump elsewhere, a `ret`) changes them
+
+
+def code_fingerprint(functions: list[Any]) -> tuple[tuple[int, bytes], ...]:
+    """Where each ctypes function points and the first CODE_BYTES of its machine code: the gate is only as good
+    as its wait, so a candidate that rewrites cuStreamWaitValue32 (its pointer or its code, with ctypes) to
+    skip it is seen after the run (Runner.replaced)."""
+    prints = []
+    for function in functions:
+        address = ctypes.cast(function, ctypes.c_void_p).value or 0
+        prints.append((address, ctypes.string_at(address, CODE_BYTES) if address else b""))
+    return tuple(prints)
+
+
 class GateError(RuntimeError):
     """The gate cannot be set up here: the runner reports it and the judge keeps today's clock."""
 
@@ -146,6 +160,12 @@ class Gate:
             raise GateError(f"no end signal the judge can see: the interprocess event failed ({self.end_event_error})"
                             " and stream memory operations are refused")
         torch.cuda.synchronize()
+        self.functions = [f for f in (self._wait_value, self._write_value, self._launch) if f is not None]
+        self.fingerprint = code_fingerprint(self.functions)
+
+    def rewritten(self) -> bool:
+        """Whether a driver function the gate calls points elsewhere or runs other code than at the start."""
+        return code_fingerprint(self.functions) != self.fingerprint
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:

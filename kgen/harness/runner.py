@@ -392,7 +392,8 @@ class Runner:
                 if self.gate is not None:
                     pins.instance("the gate", self.gate, ("index", "stream", "_record", "host", "cu", "device_pointer",
                                                           "_wait_value", "_launch", "kernel", "end_event",
-                                                          "end_pointer", "_write_value"))
+                                                          "end_pointer", "_write_value", "functions",
+                                                          "fingerprint"))
 
     def _c_bindings(self) -> list[tuple[str, Any]]:
         """The C functions a timed run calls outside the candidate's forward, pinned at the C level
@@ -432,6 +433,9 @@ class Runner:
         from kgen.harness.pins import message
 
         pins = self.timed_pins if timed else self.pins
+        if self.gate is not None and self.gate.rewritten():
+            return "the gate's CUDA driver functions (cuStreamWaitValue32, cuStreamWriteValue32, cuLaunchKernel) " \
+                   "were rewritten at the C level"
         return message(pins.changed()) if pins is not None else None
 
     def reject_if_replaced(self, stage: str, timed: bool = False) -> bool:
