@@ -106,7 +106,12 @@ def test_the_prompt_says_what_the_judge_randomizes_parameters_yes_buffers_no(sys
     model = load_problem(str(path), "full").make_model(5)
     assert torch.equal(model.mask, torch.tril(torch.ones(8, 8)))  # the buffer as built
     assert not torch.equal(model.norm.weight, torch.ones(8)) and not torch.equal(model.norm.bias, torch.zeros(8))
-    assert "LayerNorm's ones and zeros, perturbed, so no parameter is all ones or zeros" in system_prompt
+    from kgen.problems.problem import CONSTANT_PARAM_NOISE
+
+    # the perturbation the prompt states is the judge's own constant, and the weights' scale is the module's init
+    assert (f"LayerNorm's ones and zeros, perturbed by {CONSTANT_PARAM_NOISE}·N(0, 1)·(mean |p| + 1), so no parameter "
+            "is all ones or zeros") in system_prompt
+    assert "`nn.Linear`'s and `nn.Conv2d`'s uniform ±1/√fan_in" in system_prompt
     assert "buffers exactly as the reference's `__init__` builds them, so a causal mask stays a causal mask" in \
         system_prompt
 

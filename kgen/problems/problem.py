@@ -72,6 +72,11 @@ SEMANTIC_ATTRS = ("kernel_size", "stride", "padding", "dilation", "output_paddin
                   "num_heads", "upscale_factor", "downscale_factor", "scale_factor", "padding_mode", "dim")
 
 
+# A parameter the reference's __init__ leaves constant (LayerNorm's ones and zeros) gets this much noise,
+# times (mean |p| + 1): a kernel that ignores its weight must not pass (the prompt quotes it).
+CONSTANT_PARAM_NOISE = 0.1
+
+
 def problem_names() -> list[str]:
     d = problems_dir()
     return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []
@@ -308,7 +313,7 @@ class Problem:
             for p in model.parameters():
                 if p.is_floating_point() and p.numel() > 1 and bool((p == p.flatten()[0]).all()):
                     noise = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype)
-                    p.add_(0.1 * noise * (p.abs().mean() + 1))
+                    p.add_(CONSTANT_PARAM_NOISE * noise * (p.abs().mean() + 1))
                 elif p.is_floating_point() and p.numel() == 1:
                     p.add_(0.1)
         return judged_mode(model, model.training)  # the mode its __init__ left it in, dropout off

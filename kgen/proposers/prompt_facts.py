@@ -78,12 +78,14 @@ def judge_facts(timeout_s: Optional[float] = None) -> dict[str, Any]:
     (a search's `--timeout`), else the judge's default."""
     from kgen.harness.runner import LAUNCH_SHADOW_CYCLES
     from kgen.judge.audit import TORCH_WORK_LIMIT
+    from kgen.problems.problem import CONSTANT_PARAM_NOISE
 
     settings = EvalSettings()
     return {"trials": max(int(settings.trials), 5), "last_trial_scale": 100, "torch_work_limit_pct":
             round(100 * TORCH_WORK_LIMIT), "timeout_s": timeout_s or settings.timeout_s,
             # the GPU-side wait before each timed run: host work in forward shorter than it is not timed
-            "launch_shadow_ms": round(LAUNCH_SHADOW_CYCLES / 2e9 * 1e3, 1)}
+            "launch_shadow_ms": round(LAUNCH_SHADOW_CYCLES / 2e9 * 1e3, 1),
+            "constant_param_noise": CONSTANT_PARAM_NOISE}  # how a constant parameter is perturbed (make_model)
 
 
 def prompt_facts(evaluator: EvaluatorFacts, timeout_s: Optional[float] = None) -> dict[str, Any]:
