@@ -140,3 +140,16 @@ def test_a_kernelbench_style_source_builds_trimmed_against_torchs_own_headers(tm
     assert build["trimmed_include"] is True
     [built] = (tmp_path / "builds").glob("*/cuda.cu")
     assert "torch/extension.h" not in built.read_text()
+
+
+def test_the_off_switch_reaches_the_sandboxed_build(monkeypatch):
+    """A build's environment is by allow-list: the judge passes KGEN_TRIM_CUDA_INCLUDE=0 on to it."""
+    from types import SimpleNamespace
+
+    from kgen.judge.compile_step import CompileSteps
+
+    judge = SimpleNamespace(settings=SimpleNamespace(cuda_arch=None))
+    monkeypatch.delenv("KGEN_TRIM_CUDA_INCLUDE", raising=False)
+    assert "KGEN_TRIM_CUDA_INCLUDE" not in CompileSteps.build_env(judge)
+    monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "0")
+    assert CompileSteps.build_env(judge)["KGEN_TRIM_CUDA_INCLUDE"] == "0"

@@ -227,10 +227,18 @@ TRIMMED_INCLUDE = "\n".join(f"#include <{h}>" for h in (
     "algorithm", "vector", "string", "memory", "iostream"))
 
 
+TRIM_ENV = "KGEN_TRIM_CUDA_INCLUDE"
+
+
+def trim_env() -> dict[str, str]:
+    """What the judge puts in a build's environment (which is by allow-list) when trimming is turned off."""
+    return {TRIM_ENV: "0"} if os.environ.get(TRIM_ENV) == "0" else {}
+
+
 def trim_torch_include(cuda_sources: list[str]) -> Optional[list[str]]:
     """The CUDA sources with torch/extension.h replaced by torch/types.h (and the standard headers it brings), or
     None where that does not apply: no torch/extension.h, anything of Python or pybind11 used, or turned off."""
-    if os.environ.get("KGEN_TRIM_CUDA_INCLUDE") == "0":
+    if os.environ.get(TRIM_ENV) == "0":
         return None
     text = "\n".join(cuda_sources)
     if not EXTENSION_INCLUDE.search(text) or PYTHON_USE.search(text):
