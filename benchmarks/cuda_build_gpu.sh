@@ -7,6 +7,7 @@
 #                 seconds, same_device_code
 #   summary.txt   medians and sums of those, how many builds had the same device code; the eval's outcome
 #   eval.json     the `kgen eval` result of 22_Tanh (llama-3.1-405b's leaderboard kernel)
+# and the GPU test of tests/test_cuda_trim_include.py (torch's ninja build of a trimmed source, loaded and run).
 # Usage (device call, carry benchmarks/collection_kb240 and .devbundle):
 #   bash benchmarks/cuda_build_gpu.sh [ENTRIES=30] [AT_ONCE=15] [LIMIT_S=420]
 # ENTRIES of the collection (its first ones, in file order) are built AT_ONCE at a time (the collection run's 15
@@ -55,3 +56,6 @@ r = json.load(open(sys.argv[1]))
 builds = r.get('details', {}).get('cuda_builds', [])
 print('eval 22_Tanh:', r.get('outcome'), '| builds:', [(b.get('s'), b.get('trimmed_include', False)) for b in builds])
 " "$OUT/eval.json" 2>&1 | tee -a "$OUT/summary.txt"
+# the ninja path of a CUDA torch (not testable on a CPU machine): a trimmed build loads and computes tanh
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_trim_include.py -k on_a_gpu 2>&1 | tail -3 \
+  | tee -a "$OUT/summary.txt"

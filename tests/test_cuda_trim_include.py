@@ -153,3 +153,21 @@ def test_the_off_switch_reaches_the_sandboxed_build(monkeypatch):
     assert "KGEN_TRIM_CUDA_INCLUDE" not in CompileSteps.build_env(judge)
     monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "0")
     assert CompileSteps.build_env(judge)["KGEN_TRIM_CUDA_INCLUDE"] == "0"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_build.torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_trimmed_build_loads_and_computes_the_reference(tmp_path, monkeypatch):
+    """torch's own ninja build (a CUDA torch), through kgen's load_inline: built trimmed, loaded, and correct."""
+    torch = cuda_build.torch
+    major, minor = torch.cuda.get_device_capability()
+    monkeypatch.setenv("KGEN_CUDA_ARCH", f"{major}.{minor}")
+    monkeypatch.setenv("KGEN_CUDA_BUILD_DIR", str(tmp_path / "builds"))
+    log = BuildLog()
+    load_inline, _ = keyed_builders(log, lambda name: None)
+    module = load_inline(name="tanh", cpp_sources="torch::Tensor tanh_cuda(torch::Tensor x);", cuda_sources=TANH,
+                         functions=["tanh_cuda"], extra_cflags=[""], verbose=False)
+    [build] = log.builds
+    assert build["trimmed_include"] is True
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(module.tanh_cuda(x), torch.tanh(x))
