@@ -15,7 +15,8 @@ sources are compiled with `nvcc -c` (and the C++ sources checked with `c++ -fsyn
 torch's headers, for the target arch, so compile errors are still caught; a clean compile raises
 `CudaNotRunnable` and the evaluation reports the outcome `not_run` (never `correct`: nothing ran).
 Either verdict is cached in the key's directory. A source that includes torch/extension.h takes minutes
-to check on a small CPU machine; KGEN_NVCC_CHECK=0 skips the check (outcome not_run, not compiled).
+to check on a small CPU machine (less where its CUDA sources' include is trimmed: see trim_torch_include);
+KGEN_NVCC_CHECK=0 skips the check (outcome not_run, not compiled).
 
 The cache: KGEN_CACHE_DIR/cuda_build, else ~/.cache/kgen.harness.cuda_build.
 """
