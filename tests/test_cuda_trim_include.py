@@ -171,3 +171,25 @@ def test_on_a_gpu_the_trimmed_build_loads_and_computes_the_reference(tmp_path, m
     assert build["trimmed_include"] is True
     x = torch.randn(1000, device="cuda")
     torch.testing.assert_close(module.tanh_cuda(x), torch.tanh(x))
+
+
+@needs_nvcc
+def test_a_trimmed_build_and_one_as_written_are_kept_apart(stand_in_torch, monkeypatch):
+    """Switched off, a source is built again as written, not served the trimmed build kgen cached."""
+    monkeypatch.setenv("KGEN_CUDA_BUILD_DIR", str(stand_in_torch / "builds"))
+    monkeypatch.setenv("KGEN_CUDA_ARCH", "9.0")
+    monkeypatch.setattr(cuda_build, "_torch_include_paths", lambda: [str(stand_in_torch / "include")])
+    source = "#include <torch/extension.h>\n" + KERNEL
+
+    def build() -> dict:
+        log = BuildLog()
+        load_inline, _ = keyed_builders(log, lambda name: None)
+        with pytest.raises(CudaNotRunnable):
+            load_inline(name="scale", cpp_sources=[], cuda_sources=source, functions=None)
+        return log.builds[0]
+
+    trimmed = build()
+    monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "0")
+    as_written = build()
+    assert trimmed["trimmed_include"] is True and "trimmed_include" not in as_written
+    assert trimmed["key"] != as_written["key"]

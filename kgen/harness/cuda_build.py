@@ -638,6 +638,8 @@ def keyed_builders(log: BuildLog, count: Callable[[str], None], allow_build: boo
         call = call_digest(a)  # the call as written, before retarget rewrites its flags
         note = retarget(a, _cuda_in(cuda, a.get("with_cuda")), arch, kgen_arch_list)
         spec = {k: v for k, v in a.items() if k not in ("name", "build_directory", "verbose")}
+        if cuda and trim_torch_include(cuda) is not None:  # keyed apart from a build as written (switched off)
+            spec["kgen_cuda_include"] = "torch/types.h"
 
         def run(name: str, build_dir: str, more_cflags: list[str], entry: dict):
             cflags = [*_as_list(a.get("extra_cflags")), *more_cflags]
