@@ -34,9 +34,9 @@ class CompileSteps:
     its make_arena, take, started, receive and close)."""
 
     def build_env(self) -> dict[str, str]:
-        from kgen.harness.cuda_build import pch_env
+        from kgen.harness.cuda_build import pch_env, trim_env
 
-        env = pch_env()
+        env = pch_env() | trim_env()
         if self.settings.cuda_arch:
             env["KGEN_CUDA_ARCH"] = env["TORCH_CUDA_ARCH_LIST"] = self.settings.cuda_arch
         return env
