@@ -30,6 +30,7 @@
 #
 # Settings: RM_WORK (benchmarks/real_model/work-h100), RM_PROBLEMS (files or folders, round 1 only), RM_SIZE (full),
 # RM_LANGUAGE (any), RM_TIMEOUT (the judge's per-candidate limit, 90 s; fixed at round 1), RM_LIMIT, RM_RESERVE.
+# RM_SKIP: problem names (space-separated) this call leaves alone (one longer than a device call).
 # Dry run off the device (small size, Triton's interpreter, 2 problems; you write the reply files):
 #   KGEN_NO_BUNDLE=1 OUT=/tmp/rm-dry PATH=$PWD/.venv/bin:$PATH RM_SIZE=small RM_LANGUAGE=triton \
 #     RM_PROBLEMS="benchmarks/real_model/problems/23_Softmax.py benchmarks/real_model/problems/36_RMSNorm_.py" \
