@@ -129,21 +129,27 @@ class TimedRuns:
             self.evidence.details["judge_clock"] = gate_clock
             stats.update(judge_clock="gate", gate_gap_ms=gate_clock.get("gap_ms"),
                          gate_threshold_ms=gate_clock.get("threshold_ms"))
+        self.clock_verdict(clock, gate_clock, median, stats["judge_wall_median_ms"], watch.overhead_ms)
         if gate_clock is not None and gate_clock.get("runs"):
-            # the candidate's runs were gated: its host time and its GPU time no longer overlap, so the judge's
-            # wall clock per run holds both, which today's do-nothing runs do not show (the H100 flagged honest
-            # candidates by 0.3-0.8 ms). The gate decides; today's gap stays in the statistics.
             stats["clock_decides"] = "gate"
+        return stats
+
+    def clock_verdict(self, clock: ClockCheck, gate_clock: Optional[dict[str, Any]], median: float, wall_ms: float,
+                      overhead_ms: float) -> None:
+        """`suspicious` where the clock that decides says the runner's events cannot be trusted. Where the
+        candidate's runs were gated, the gate: its host time and its GPU time no longer overlap then, so the
+        judge's wall clock per run holds both, which today's do-nothing runs do not show (on the H100 today's
+        check flagged honest gated candidates by 0.3-0.8 ms); today's gap stays in the statistics only."""
+        if gate_clock is not None and gate_clock.get("runs"):
             self.gate_verdict(gate_clock, median)
-            return stats
+            return
         if clock.flagged:
             raise Verdict(Outcome.SUSPICIOUS, f"the runner's CUDA-event time ({median:.4g} ms) leaves "
                                               f"{clock.gap_ms:.3g} ms of the judge's own clock "
-                                              f"({stats['judge_wall_median_ms']:.4g} ms per run) unexplained, beyond "
-                                              f"what a run that does nothing takes ({watch.overhead_ms:.3g} ms) and "
+                                              f"({wall_ms:.4g} ms per run) unexplained, beyond "
+                                              f"what a run that does nothing takes ({overhead_ms:.3g} ms) and "
                                               f"more than the {clock.threshold_ms:.3g} ms the measured noise allows: "
                                               "the timing cannot be trusted", runtime_ms=median, **self.errors())
-        return stats
 
     def gate_verdict(self, report: dict[str, Any], median: float) -> None:
         """`suspicious` unless the gate clock checked the candidate's timed runs and found them honest."""
