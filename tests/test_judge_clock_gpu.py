@@ -6,6 +6,8 @@ clock itself, honest starters never flagged, the gate's check deciding). Skipped
 `pytest -m gpu tests/test_judge_clock_gpu.py`, about 6 minutes; `-k gate` for the gate clock's part alone,
 about 3; benchmarks/judge_gate_gpu.sh runs it)."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -84,7 +86,13 @@ def gate_results():
     jobs = _shaves(GATE_CLOCK_MATRIX, "gate")
     for problem, starter, size in GATE_HONEST_STARTERS:
         jobs[problem, starter, size] = (problem, (STARTERS / problem / starter).read_text(), _settings(size, "gate"))
-    return _evaluate_all(jobs)
+    results = _evaluate_all(jobs)
+    if os.environ.get("KGEN_GATE_RESULTS"):  # benchmarks/judge_gate_gpu.sh: every evaluation's clocks, for the record
+        Path(os.environ["KGEN_GATE_RESULTS"]).write_text(json.dumps(
+            [{"key": list(key), "outcome": r.outcome, "message": r.message, "runtime_ms": r.runtime_ms,
+              "timing": r.details.get("timing"), "judge_clock": r.details.get("judge_clock")}
+             for key, r in results.items()], default=str))
+    return results
 
 
 def _gate_report(result) -> dict:
