@@ -46,7 +46,8 @@ for kind in ("return", "shadow"):
 lags = [s[4] * 1e3 for s in samples if len(s) > 4 and s[4] is not None]
 if lags:
     print(f"  reply lag after the end: median {statistics.median(lags):.1f} us (min {min(lags):.1f}, max "
-          f"{max(lags):.1f}); do-nothing runs' median {g.get('null_reply_lag_median_ms')} ms")
+          f"{max(lags):.1f}); do-nothing runs' median {g.get('null_reply_lag_median_ms')} ms; gap "
+          f"{g.get('reply_lag_gap_ms')} ms, noise {g.get('reply_lag_noise_ms')} ms (advisory)")
 for s in samples[:6]:
     print(f"    run: judge {s[0]:.5f} ms  runner {s[1]:.5f} ms  diff {1e3 * (s[0] - s[1]):7.2f} us  {s[2]}"
           f"{'' if s[3] else ' (held ' + str(s[3]) + ')'}")
@@ -64,8 +65,8 @@ for r in json.load(open(sys.argv[1])):  # one line per evaluation of the pytest 
     print(f"  {'/'.join(str(k) for k in r['key']):58s} {r['outcome']:10s} {r.get('runtime_ms') or 0:8.4f} ms  gate: "
           f"{(g.get('check') or '-')[:8]} held {g.get('held_runs')}/{g.get('runs')} (shadow {g.get('shadow_runs')}) "
           f"gap {g.get('gap_ms')} thr {g.get('threshold_ms')} | today's gap {t.get('clock_gap_ms')} thr "
-          f"{t.get('clock_threshold_ms')} | reply lag {g.get('reply_lag_median_ms')} / null "
-          f"{g.get('null_reply_lag_median_ms')}")
+          f"{t.get('clock_threshold_ms')} | reply lag gap {g.get('reply_lag_gap_ms')} noise "
+          f"{g.get('reply_lag_noise_ms')}")
 PY
 for spec in "gate softmax problems/starters/softmax/triton_row_in_registers.py" \
             "events softmax problems/starters/softmax/triton_row_in_registers.py" \

@@ -92,7 +92,11 @@ def test_the_report_holds_both_clocks_the_gap_and_the_threshold():
     assert report["judge_median_ms"] == pytest.approx(1.0015, abs=1e-4)
     assert report["runner_median_ms"] == 0.95 and report["gap_ms"] == pytest.approx(0.05, abs=1e-4)
     assert report["threshold_ms"] < 0.05 and report["samples"][0] == [1.0015, 0.95, "return", True, 0.05]
-    assert report["reply_lag_median_ms"] == 0.05
+    assert report["reply_lag_median_ms"] == 0.05 and report["null_reply_lag_median_ms"] is None
+    watch = _stopwatch(runs, 0.95, 20)
+    watch.gate_null = [(GatedRun("return", True, True, OFFSET_MS, reply_lag_ms=0.03), 0.001)] * 20
+    report = watch.gate_report(0.95, 40)
+    assert report["reply_lag_gap_ms"] == pytest.approx(0.02) and report["reply_lag_noise_ms"] == 0
 
 
 def test_held_shadow_runs_are_checked_like_held_returns():

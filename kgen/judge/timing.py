@@ -378,6 +378,12 @@ class Stopwatch:
                       null_from=null_from,
                       reply_lag_median_ms=round(statistics.median(lags), 5) if lags else None,
                       null_reply_lag_median_ms=round(statistics.median(null_lags), 5) if null_lags else None,
+                      # advisory (kgen.judge.gate_clock: an end word written early shows here), not a check yet
+                      reply_lag_gap_ms=round(statistics.median(lags) - statistics.median(null_lags), 5)
+                      if lags and null_lags else None,
+                      reply_lag_noise_ms=round(math.hypot(_median_standard_error(lags),
+                                                          _median_standard_error(null_lags)), 6)
+                      if lags and null_lags else None,
                       samples=[[round(g.judge_ms, 5), round(ms, 5), g.opened_by, g.held,
                                 None if g.reply_lag_ms is None else round(g.reply_lag_ms, 4)] for g, ms in runs[:500]],
                       null_samples=[[round(j, 5), round(ms, 5)] for j, ms in nulls[:300]])
