@@ -6,10 +6,12 @@
 #    (~60 us) and full (~5 ms), every shave `suspicious` by the gate clock (held runs of both kinds, "return" and
 #    "shadow", counted); six honest starters (Triton and CUDA, softmax small to matmul, conv_relu_maxpool) never
 #    flagged, the gate's check made and deciding (~3 min)
-# 2. `kgen eval` with KGEN_JUDGE_CLOCK=gate of honest starters, printing per evaluation both clocks (the judge's
-#    gate clock and the runner's events: medians, the gap, the threshold, held/shadow runs, judge-minus-runner per
-#    kind of run, the reply's lag after the end word) and the first timed runs, a softmax starter with today's
-#    clock for comparison, and c8_rerecord_start as written (10% shave); each only while at least 40 s are left
+# 2. `kgen eval`, printing per evaluation both clocks (the judge's gate clock and the runner's events: medians, the
+#    gap, the threshold, held/shadow runs, judge-minus-runner per kind of run, the reply's lag after the end word)
+#    and the first timed runs: benchmarks/gate_attacks/c8_early_end_word (the end word written early: what the gate
+#    check cannot see; expected `correct` by the gate, its reply-lag gap ~ the shave) at full and small, the
+#    conv_relu_maxpool starter, c8_rerecord_start as written (10%), and a softmax starter with today's clock for
+#    comparison; each only while at least 40 s are left
 # Writes $OUT/judge_gate-summary.txt, $OUT/judge_gate/*.json. If the gate cannot be set up, each evaluation says
 # so in details.judge_clock.unavailable: printed below as "UNAVAILABLE: ...". On the H100 the interprocess end
 # event cannot be opened across the sandbox's PID namespace: the runs are timed to each runner's end word.
@@ -68,16 +70,17 @@ for r in json.load(open(sys.argv[1])):  # one line per evaluation of the pytest 
           f"{t.get('clock_threshold_ms')} | reply lag gap {g.get('reply_lag_gap_ms')} noise "
           f"{g.get('reply_lag_noise_ms')}")
 PY
-for spec in "gate softmax problems/starters/softmax/triton_row_in_registers.py" \
-            "events softmax problems/starters/softmax/triton_row_in_registers.py" \
-            "gate conv_relu_maxpool problems/starters/conv_relu_maxpool/triton_3xtf32_s2d_then_pool.py" \
-            "gate softmax tests/attacks/c8_rerecord_start.py"; do
-  set -- $spec; clock=$1 problem=$2 cand=$3
-  [ "$(left)" -lt 40 ] && { echo "== out of time before $clock $cand"; break; }
-  name=$clock-$(basename "$cand" .py)
-  echo "== $(date +%T) KGEN_JUDGE_CLOCK=$clock kgen eval $problem $cand ($(left)s left)"
-  KGEN_JUDGE_CLOCK=$clock timeout $(( $(left) - 10 )) python3 -m kgen eval "$problem" "$cand" --json --no-baselines \
-    --timeout 150 > "$OUT/judge_gate/$name.json" 2> "$OUT/judge_gate/$name.err"
+for spec in "gate full softmax benchmarks/gate_attacks/c8_early_end_word.py" \
+            "gate small softmax benchmarks/gate_attacks/c8_early_end_word.py" \
+            "gate full conv_relu_maxpool problems/starters/conv_relu_maxpool/triton_3xtf32_s2d_then_pool.py" \
+            "gate full softmax tests/attacks/c8_rerecord_start.py" \
+            "events full softmax problems/starters/softmax/triton_row_in_registers.py"; do
+  set -- $spec; clock=$1 size=$2 problem=$3 cand=$4
+  [ "$(left)" -lt 40 ] && { echo "== out of time before $clock $size $cand"; break; }
+  name=$clock-$size-$(basename "$cand" .py)
+  echo "== $(date +%T) KGEN_JUDGE_CLOCK=$clock kgen eval $problem $cand --size $size ($(left)s left)"
+  KGEN_JUDGE_CLOCK=$clock timeout $(( $(left) - 10 )) python3 -m kgen eval "$problem" "$cand" --size "$size" --json \
+    --no-baselines --timeout 150 > "$OUT/judge_gate/$name.json" 2> "$OUT/judge_gate/$name.err"
   echo "  exit $?"; tail -2 "$OUT/judge_gate/$name.err"
   summary "$OUT/judge_gate/$name.json" 2>&1 | head -16
 done
