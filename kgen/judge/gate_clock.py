@@ -18,19 +18,23 @@ time, against the same difference in do-nothing runs of a runner no candidate to
 What the end word does not prove. On the H100 the judge cannot open the runner's interprocess end event
 across the sandbox's PID namespace, so every run is timed to the end word, which the runner's stream writes
 into a page of its own process; the candidate can write it too, from its kernels (the page is mapped into
-its CUDA context and its device address is in the runner's memory) at any point of the stream, or from its
-host code while a forward still runs after the gate opened (a shadow run). A candidate that writes the end
-word X early and also shortens the runner's events by X (its start event recorded again mid-forward) keeps
-the judge-minus-runner difference honest and passes the gate check. Writing it early in every other way is
-caught: before the gate opened (the end is seen at once: a judge time shorter than the runner's, flagged
-by the two-sided check) or without shortening the events (a shorter judge time again). What still bounds
-the attack: the runner's reply goes out only after its synchronize (bound before the candidate was
-imported), which waits for all of the GPU's work, so the reply follows the end word by X more than it
-honestly does. Each run records that lag (GatedRun.reply_lag_ms; the report's reply_lag medians), but it is
-not a check yet: the lag also holds the delivery of the outputs (a copy that grows with them; do-nothing
-runs deliver next to nothing) and the host's wake-ups of two processes, whose spread across runners and
-output sizes has not been measured on the GPU. Until it is, a lie of this kind is bounded only by the
-kernel audit's watched check (the timed median against the CUPTI-profiled kernels, 10% and more).
+its CUDA context and its device address is in the runner's memory) or its stream (the runner's own
+cuStreamWriteValue32, called: nothing is replaced) at any point of the run, or from its host code while a
+forward still runs after the gate opened (a shadow run). Written before the gate opened, the end shows at
+once: a judge time shorter than the runner's, flagged by the two-sided check; written early without
+shortening the events, the same. But written X early while the runner's events are also shortened by X (its
+start event recorded again mid-forward), the judge-minus-runner difference stays honest and the gate check
+passes (benchmarks/gate_attacks/c8_early_end_word). What still bounds that: the runner's reply goes out only
+after its synchronize (bound before the candidate was imported), which waits for all of the GPU's work, so
+the reply follows the end word by X more than it honestly does. Each run records that lag
+(GatedRun.reply_lag_ms; the report's reply_lag_gap_ms: the candidate's median minus the do-nothing runs').
+The rest of the lag is the same code in both runners, delivering outputs of the same shapes (the do-nothing
+model returns tensors of the output shapes), and two processes' wake-ups; but how far honest runners differ
+by it has not been measured on the GPU, so it is advisory, not a check: until it is, a lie of this kind is
+bounded only by the kernel audit's watched check (the timed median against the CUPTI-profiled kernels, 10%
+and more). The started word is writable the same way: written early it makes the candidate's own runs "not
+held" (`suspicious`); set back, it could hide a stream that passed the gate without waiting, which needs the
+wait itself skipped (its driver function is fingerprinted: kgen.harness.gate.code_fingerprint).
 """
 
 from __future__ import annotations
