@@ -9,7 +9,8 @@
 # 2. `kgen eval`, printing per evaluation both clocks (the judge's gate clock and the runner's events: medians, the
 #    gap, the threshold, held/shadow runs, judge-minus-runner per kind of run, the reply's lag after the end word)
 #    and the first timed runs: benchmarks/gate_attacks/c8_early_end_word (the end word written early: what the gate
-#    check cannot see; expected `correct` by the gate, its reply-lag gap ~ the shave) at full and small, the
+#    check cannot see; expected: gate gap ~0, reply-lag gap ~ the 20% shave, the outcome `suspicious` only if the
+#    audit's watched check sees it) at full and small, the
 #    conv_relu_maxpool starter, c8_rerecord_start as written (10%), and a softmax starter with today's clock for
 #    comparison; each only while at least 40 s are left
 # Writes $OUT/judge_gate-summary.txt, $OUT/judge_gate/*.json. If the gate cannot be set up, each evaluation says
