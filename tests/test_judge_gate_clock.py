@@ -314,12 +314,14 @@ class FakeRunner:
         time.sleep(self.host_s)  # forward's host time: its launches, queued behind the gate
         self.runner.send({"type": "returned"})
 
-    def run(self, page: GatePage, shadow_s: float = 0.02) -> tuple[GatedRun, float]:
+    def run(self, page: GatePage, shadow_s: float = 0.02, read_s: float = 0.0) -> tuple[GatedRun, float]:
+        """`read_s`: what reading a message costs the judge (parsing it, on a loaded host)."""
         value = page.next_value(self.index)
         asked = time.perf_counter()
         self.channel.send({"type": "timed", "gate": value})
 
         def receive_returned():
+            time.sleep(read_s)
             message = self.channel.receive(timeout_s=5)
             if message["type"] != "returned":
                 raise RuntimeError(message["message"])
@@ -364,6 +366,17 @@ def test_a_shadow_runs_end_is_timed_when_it_shows_not_when_returned_is_read(page
     gated, _ = runner.run(page, shadow_s=0.02)
     assert gated.opened_by == "shadow" and gated.held is True and gated.pending_at_first_poll
     assert 10 <= gated.judge_ms < 100, gated
+
+
+def test_a_shadow_runs_end_that_lands_while_returned_would_be_read_is_timed_when_it_lands(page):
+    """The gate opens on the shadow (20 ms), forward returns at 30 ms, the GPU ends at 35 ms, and reading the
+    message costs 200 ms: the poll goes on alone once `returned` is there, so the judge's time is the GPU's
+    15 ms (plus this host's thread switches), not ~200 (on the H100 an honest forward of 20 small launches
+    read 29 us long that way)."""
+    runner = FakeRunner(page, 0, gpu_s=0.015, host_s=0.03)
+    gated, _ = runner.run(page, shadow_s=0.02, read_s=0.2)
+    assert gated.opened_by == "shadow" and gated.held is True
+    assert 15 <= gated.judge_ms < 120, gated
 
 
 def test_the_gate_opens_even_when_the_runner_fails(page):
