@@ -72,6 +72,7 @@ LAG = 16          # FUSE 1: a tile of image i pools its share of image i - LAG (
 NHWC = 1          # 1: the conv scratch y pixel-major [img, pixel, OC_pad] (pool loads 16 B vectors); 0: NCHW
 POOL_PIX = 32     # NHWC 1: pooled pixels per step of a pool share (x POOL_CB channels)
 POOL_CB = 32      # NHWC 1: channels per step of a pool share (a power of two)
+Y_EVICT = 0       # NHWC 1: 1 the scratch stored evict_last and read by the pool evict_first (L2 priority); 0 none
 POOL_BLOCK = 1024 # NHWC 0: pooled outputs per step of a tile's pool share (FUSE 1) or per program (FUSE 0)
 POOL_CG = 0       # 1: the pool's loads bypass L1 (.cg); 0: default caching (L1 serves the windows' overlap)
 POOL_WARPS = 8    # warps of the separate pool kernel (FUSE 0)
@@ -98,6 +99,7 @@ KGEN_TUNABLE = {
     "NHWC": [0, 1],
     "POOL_PIX": [16, 32, 64],
     "POOL_CB": [16, 32, 64, 128],
+    "Y_EVICT": [0, 1],
     "POOL_BLOCK": [256, 512, 1024, 2048],
     "POOL_CG": [0, 1],
     "POOL_WARPS": [4, 8],
@@ -220,7 +222,7 @@ def _w_tile(wv_ptr, n_base, OC, KV, kv0, BN: tl.constexpr, KSTEP: tl.constexpr):
 
 @triton.jit
 def _store_tile(y_ptr, inv_ptr, bias_ptr, acc, img, p, p_ok, offs_n, OC, OCP, OHW,
-                HAS_BIAS: tl.constexpr, RELU: tl.constexpr, NHWC: tl.constexpr):
+                HAS_BIAS: tl.constexpr, RELU: tl.constexpr, NHWC: tl.constexpr, Y_EVICT: tl.constexpr):
     # NHWC 1: row p of the tile is OCP contiguous floats of y (every channel up to OC_pad, padding rows 0 after
     # the ReLU: zero weights, no bias), so the conv's stores and the pool's loads are whole 16-byte vectors
     n_ok = offs_n < OC
@@ -231,7 +233,10 @@ def _store_tile(y_ptr, inv_ptr, bias_ptr, acc, img, p, p_ok, offs_n, OC, OCP, OH
         acc = tl.maximum(acc, 0.0)
     if NHWC:
         y_off = (img.to(tl.int64) * OHW + p[:, None]) * OCP + offs_n[None, :]
-        tl.store(y_ptr + y_off, acc, mask=p_ok[:, None])
+        if Y_EVICT:   # kept in L2 over the x_s2d stream until its pool share reads it (LAG images later)
+            tl.store(y_ptr + y_off, acc, mask=p_ok[:, None], eviction_policy="evict_last")
+        else:
+            tl.store(y_ptr + y_off, acc, mask=p_ok[:, None])
     else:
         y_off = img.to(tl.int64) * OC * OHW + offs_n[None, :].to(tl.int64) * OHW + p[:, None]
         tl.store(y_ptr + y_off, acc, mask=p_ok[:, None] & n_ok[None, :])
@@ -266,7 +271,8 @@ def _pool_share(y_ptr, out_ptr, pimg, share, SHARE, NOUT, OC, OH, OW, PH, PW, PS
 
 @triton.jit
 def _pool_share_nhwc(y_ptr, out_ptr, pimg, share, SHARE, OC, OCP, OH, OW: tl.constexpr, PH, PW: tl.constexpr,
-                     PS: tl.constexpr, PK: tl.constexpr, POOL_PIX: tl.constexpr, POOL_CB: tl.constexpr):
+                     PS: tl.constexpr, PK: tl.constexpr, POOL_PIX: tl.constexpr, POOL_CB: tl.constexpr,
+                     Y_EVICT: tl.constexpr):
     # NHWC 1: pooled pixels [share * SHARE, (share + 1) * SHARE) of image pimg (flat py * PW + px), all OC
     # channels, as [POOL_PIX, POOL_CB] blocks: each of the PK * PK taps is one load of POOL_CB contiguous
     # channels per pixel (16-byte vectors; the taps' overlap, dx 0 / dx 2 of neighbours, hits L1); PW, OW and PS
@@ -288,7 +294,11 @@ def _pool_share_nhwc(y_ptr, out_ptr, pimg, share, SHARE, OC, OCP, OH, OW: tl.con
             for dy in tl.static_range(PK):
                 for dx in tl.static_range(PK):
                     off = y_img + (pix + dy * OW + dx)[:, None] * OCP + oc[None, :]
-                    best = tl.maximum(best, tl.load(y_ptr + off, mask=m, other=float("-inf")))
+                    if Y_EVICT:   # read by this share (and its neighbour's halo), then dead
+                        v = tl.load(y_ptr + off, mask=m, other=float("-inf"), eviction_policy="evict_first")
+                    else:
+                        v = tl.load(y_ptr + off, mask=m, other=float("-inf"))
+                    best = tl.maximum(best, v)
             tl.store(out_ptr + o_img + oc[None, :].to(tl.int64) * NPIX + q[:, None], best, mask=m)
 
 
@@ -301,7 +311,7 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
                       KSTEP: tl.constexpr, BLOCK_K: tl.constexpr, FUSE: tl.constexpr, PK: tl.constexpr,
                       POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr, SPIN_MAX: tl.constexpr,
                       USE_GDC: tl.constexpr, NHWC: tl.constexpr, POOL_PIX: tl.constexpr,
-                      POOL_CB: tl.constexpr):
+                      POOL_CB: tl.constexpr, Y_EVICT: tl.constexpr):
     # programs 0 .. N_CONV-1: one conv tile each, image-major (BLOCK_M output pixels x (T0 + T1) channels; the
     # TPI = TP * NN tiles of image i are programs i*TPI .. i*TPI + TPI-1); FUSE 1: each then pools share r (its
     # rank in its image) of image i - LAG_N, and programs N_CONV .. N_CONV + LAG_N*TPI - 1 pool the last
@@ -350,10 +360,10 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
 
         p_ok = p < OHW
         _store_tile(y_ptr, inv_ptr, bias_ptr, acc0, img, p, p_ok, n0 + tl.arange(0, T0), OC, OCP, OHW,
-                    HAS_BIAS, RELU, NHWC)
+                    HAS_BIAS, RELU, NHWC, Y_EVICT)
         if T1 > 0:
             _store_tile(y_ptr, inv_ptr, bias_ptr, acc1, img, p, p_ok, n0 + T0 + tl.arange(0, T1), OC, OCP, OHW,
-                        HAS_BIAS, RELU, NHWC)
+                        HAS_BIAS, RELU, NHWC, Y_EVICT)
         if FUSE:
             # every thread's stores of this tile, then one release at GPU scope: the tile is counted done
             tl.debug_barrier()
@@ -378,7 +388,7 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
             tl.debug_barrier()
             if NHWC:
                 _pool_share_nhwc(y_ptr, out_ptr, pimg, share, SHARE, OC, OCP, OH, OW, PH, PW, PS,
-                                 PK, POOL_PIX, POOL_CB)
+                                 PK, POOL_PIX, POOL_CB, Y_EVICT)
             else:
                 _pool_share(y_ptr, out_ptr, pimg, share, SHARE, NOUT, OC, OH, OW, PH, PW, PS,
                             PK, POOL_BLOCK, POOL_CG)
@@ -392,7 +402,7 @@ def _maxpool_kernel(y_ptr, out_ptr, NOUT, OC, OCP, OH, OW: tl.constexpr, PH, PW:
     # pooled pixels) of one image
     if NHWC:
         _pool_share_nhwc(y_ptr, out_ptr, tl.program_id(1), tl.program_id(0), POOL_PIX, OC, OCP, OH, OW, PH, PW,
-                         PS, PK, POOL_PIX, POOL_CB)
+                         PS, PK, POOL_PIX, POOL_CB, 0)
     else:
         _pool_share(y_ptr, out_ptr, tl.program_id(1), tl.program_id(0), POOL_BLOCK, NOUT, OC, OH, OW, PH, PW, PS,
                     PK, POOL_BLOCK, POOL_CG)
@@ -457,7 +467,8 @@ def conv_relu_pool_s2d_3xfp16_v10(x, weight, bias, stride, padding, PK, PS):
         KWs=KWs, CS_PAD=CS_PAD, HAS_BIAS=bias is not None, RELU=True,
         OFF64=xs.numel() >= 2**31, BLOCK_M=BLOCK_M, T0=T0, T1=T1, KSTEP=KSTEP, BLOCK_K=BLOCK_K,
         FUSE=FUSE, PK=PK, POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG, SPIN_MAX=SPIN_MAX, USE_GDC=use_gdc,
-        NHWC=NHWC, POOL_PIX=POOL_PIX, POOL_CB=POOL_CB, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **extra)
+        NHWC=NHWC, POOL_PIX=POOL_PIX, POOL_CB=POOL_CB, Y_EVICT=Y_EVICT, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        **extra)
     if not FUSE:
         n_prog = triton.cdiv(PH * PW, POOL_PIX) if NHWC else triton.cdiv(NOUT, POOL_BLOCK)
         _maxpool_kernel[(n_prog, NB)](y, out, NOUT, OC, OC_pad, OH, OW, PH, PW, PS, PK=PK, POOL_BLOCK=POOL_BLOCK,
