@@ -1,52 +1,49 @@
-"""Conv2d -> ReLU -> MaxPool2d, Triton: triton_3xfp16_s2d_onedot_lagpool.py (the one-dot 3xFP16 space-to-depth
-conv with the max pool inside the same kernel, LAG images behind; see that file for the conv, the lagged pool,
-the per-image counters and the arithmetic) with the launches around the conv tightened. Same conv kernel, same
-numerics; only the pre-passes and how the conv follows them change.
+"""Conv2d -> ReLU -> MaxPool2d, Triton: triton_3xfp16_s2d_lagpool_oneprep.py (the one-dot 3xFP16 space-to-depth
+conv, the weight layout folded into the split's launch, the conv launched with PDL, the max pool inside the conv
+kernel LAG images behind: see that file and triton_3xfp16_s2d_onedot_lagpool.py for all of it) with the conv's
+scratch output laid out for the pool. Same conv, same K loop, same numerics (the pool is exact: a max of the
+stored fp32 values); only the scratch's layout, the pool shares and what the compiler knows of the geometry change.
 
-Why: lagpool is judged 0.3178 ms (CUPTI 0.3142 ms of kernels) against a 0.31 target. Nsight Compute
-(RESULTS.md, seventh session) splits its forward into three launches: the s2d split 42.8 us (DRAM 2.6 TB/s,
-reads x 60 MB, writes the fp16 hi/lo copy 62 MB: 40 us at 3.0 TB/s), the weight's virtual-K layout 5.1 us
-(96 programs: launch- and latency-sized, 1% DRAM) and the conv 266.9 us; the 3.6 us between CUPTI and the
-judge are the gaps between launches (and the first launch's).
+Why: oneprep is judged 0.3099 / 0.3111 / 0.3096 ms (target 0.31), the conv alone (conv2d oneprep) 0.2755: the
+pooled epilogue costs ~35 us. Pooling in the tile itself does not pay at this size (lagpool's docstring:
+pool-aligned tiles recompute 1.16-1.5x the MMAs; 55-wide rows), so the 116 MB scratch stays, and what is left
+to cut is the work of the pool shares each conv program runs after its tile (its SM's tensor cores lose that
+program meanwhile) and their L2 traffic on an L2-bound conv (ncu: L2 77%). In oneprep a share is 2,916 outputs
+in flat (oc, py, px) order over an NCHW scratch: per output 9 scalar 4-byte loads (px steps by 2 floats: no
+vectors), three runtime div/mods (PW, PH, OW are runtime ints), and the conv's stores are scalar too (the
+channel stride, 3,025 floats, has no 16-byte alignment): 96 STG.32 per thread per tile.
 
-How, one knob each (defaults: what should be fastest; FUSE 0 / LAG etc. as in lagpool):
-  ONEPREP 1: the weight layout (and the zeroing of the conv's per-image counters) becomes the first OC_pad = 96
-    programs of the split's own launch (`_prep_kernel`, a branch on program_id): they run in the split's first
-    wave beside 1,500 split programs (~6% of one wave's slots), so the 5.1 us kernel and one launch gap go:
-    expected -5 to -6 us. 0: two launches of the same code (split, then weight), lagpool's order.
-  PDL 1: the conv is launched with programmatic dependent launch (Triton 3.4+: `launch_pdl=True`, i.e.
-    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) and its first instruction is `griddepcontrol.wait`
-    (tl.extra.cuda.gdc_wait; SASS ACQBULK at instruction 7, before any load): it waits for the prep grid's
-    completion and memory flush, so every read of x_s2d, wv, inv and the counters stays ordered; what overlaps
-    is the conv grid's launch and its CTAs' start-up (112 KB shared memory each) with the prep's tail.
-    Expected -1 to -3 us. PDL_TRIGGER: where the prep programs call `griddepcontrol.launch_dependents`
-    (1: at their start, so the conv grid may launch as soon as the prep's last wave is resident; 2: after
-    their stores; 0: never, the implicit trigger at exit). The conv programs that launch early hold SM
-    slots while the prep's last wave runs, but every prep program has started by then, so none is starved.
-    With ONEPREP 0 the trigger is in the weight launch (the conv's predecessor; the split finished before it).
-    Off the GPU (interpreter, CPU tensors) PDL is ignored: no launch_pdl, no griddepcontrol.
-  S2D_VEC 1: the split interleaves hi/lo in registers (tl.join/permute/reshape, 4 KB of shared memory) and
-    stores each pixel's 96 halves with one store. Measured offline, it buys nothing: ptxas already makes
-    lagpool's two stores 16-byte STG.E.128 (VEC 0: 34 registers, VEC 1: 42); kept only as a sweep row.
-  S2D_BLOCK_J / S2D_WARPS: the split's tile (pixels per program) and warps, for the 2.6 -> 3.0 TB/s gap.
-Expected: 0.3178 - 6 (ONEPREP) - 1..3 (PDL) = 0.309-0.311 ms judged; the split's own 40 us floor is 3 us away.
-Measured on the H100 (2026-11-26, benchmarks/crm7_gpu.sh and winners_gpu.sh; RESULTS.md seventh session): swept
-0.3065 ms as written vs lagpool's 0.3188 in the same call (PDL 0: 0.3093; ONEPREP 0: 0.3183; both 0: 0.3155;
-PDL_TRIGGER 2, S2D_VEC 1, S2D_WARPS 8, S2D_BLOCK_J 64: 0.3076-0.3085; NUM_STAGES 3: 0.3132). Judged: 0.3099
-(cold machine, --no-baselines), then 0.3111 and 0.3096 through the whole kgen eval with a fresh DB (3.43-3.45x
-eager, 2.41-2.42x torch.compile); normwise 1.5e-6. The 0.31 target sits inside that spread.
-Registers (ptxas via Triton 3.6.0's wheel, sm_90, offline: cuobjdump --dump-resource-usage; ints specialized as
-the JIT does at AlexNet's size): `_prep_kernel` ONEPREP 1, BLOCK_J 32, 4 warps: 34 registers (VEC 1: 42),
-no stack, 16 B shared; the split-only launch (ONEPREP 0): 34, the weight-only launch: 29; BLOCK_J 64 VEC 1:
-48 (8 warps: 32, but one 2-byte store path); loads are 4-byte `ld.global.b32` (x's s2d groups of 4 floats sit at
-column 4j - 2: 8-byte misaligned), stores `st.global.v4.b32` (16 B). `_conv_pool_kernel` USE_GDC 1 (PDL):
-159 registers, no spills, 114,688 B shared memory at NUM_STAGES 4 (86,016 at 3): as lagpool's.
-Interpreter: direct checks against float64 conv -> relu -> pool, x1 and x100 inputs: 5x3x96x83 (96 channels,
-k 11, s 4, p 2, pool 3/2) LAG 2 (defaults: ONEPREP 1, S2D_VEC 0): 1.18e-7 / 1.25e-7; 3x3x96x83 LAG 16
-S2D_VEC 1 (all pooled by the tail): 1.13e-7 / 1.25e-7; 4x3x71x67 LAG 1 ONEPREP 0 POOL_BLOCK 256: 1.16e-7 /
-1.25e-7; the same with S2D_VEC 1 S2D_BLOCK_J 64 S2D_WARPS 8: 1.16e-7 / 1.25e-7; 3x5x23x19 (k 5, s 2, p 1, 40
-channels) LAG 1 S2D_BLOCK_J 16 S2D_WARPS 2 S2D_VEC 1: 8.9e-8 / 1.06e-7; 4x5x23x19 SPLIT 0 BLOCK_N 32 pool 2/2
-LAG 2: 8.5e-8 / 1.17e-7.
+How, one knob each (defaults: what should be fastest):
+  NHWC 1: the scratch is pixel-major, y[img, pixel, OC_pad] (every padded channel stored: their weights are 0,
+    so they hold ReLU(0) = 0). The conv's epilogue stores 384-byte rows (16-byte STG.128, 24 per thread per
+    tile instead of 96); a share is SHARE = cdiv(27 * 27, 24) = 31 pooled pixels of image i - LAG, all channels,
+    as [POOL_PIX, POOL_CB] = [32, 32] blocks: each of the 9 taps is one 16-byte load of 4 channels per thread
+    (27 block loads per share: 54 LDG.128 per thread, ~216 LDG.32 before; L1 wavefronts ~2.5x fewer), the
+    taps' overlap (dx 0 of px + 1 = dx 2 of px) served by L1, and the pooled store to NCHW `out` transposed
+    by Triton through shared memory. OW, PW and PS are compile-time (one compile per shape, as every launch
+    config here), so a pixel's (py, px) is a multiply-shift once per pixel, not three div/mods per output.
+  NHWC 2: shares are (channel group of POOL_CB, band of BAND = cdiv(27, 24 / 3) = 4 pooled rows): 21 units
+    for 24 tiles, [32 px, 32 ch] blocks, and the window's third conv row is the next pooled row's first
+    (pool 3 / stride 2), so its horizontal max is carried down the band: 9 conv rows read per 4 pooled rows
+    (12 before) and 6 loads per output instead of 9. Costs: 3 of 24 tiles pool nothing (units are 4 rows of
+    3,456 outputs vs NHWC 1's 2,976), the band's rows are a dependent loop of 4 steps.
+  NHWC 0: oneprep's NCHW scratch and flat shares (with the compile-time geometry): the in-file reference.
+  Y_EVICT 1 (NHWC 1/2): the scratch stored evict_last and read by the pool evict_first, so the 18.6 MB of
+    scratch between a tile and its pool share stay in L2 over the streamed x_s2d; 0: no hints.
+Traffic per tile (AlexNet size): conv as before (~344 KB of x_s2d and ~258 KB of weights from L2), 48 KB of
+scratch written; its pool share reads ~48 KB of scratch from L2 (NHWC 2: ~36 KB) and writes 11.7 KB of `out`.
+Expected: the pool phase ~2-3x fewer instructions and L1 wavefronts, the epilogue's stores 4x fewer; if the
+~35 us are mostly the share's issue/latency time: -10 to -15 us; if mostly L2 bytes: -3 to -8 us (NHWC 2 more).
+So 0.295-0.303 ms judged (2-5% under oneprep). Unmeasured: nothing here has run on a GPU yet;
+benchmarks/crm10_gpu.sh sweeps NHWC 0/1/2 with the knobs above beside oneprep as written in the same call, then
+judges the fastest and oneprep.
+Interpreter (Triton 3.9 CPU, TRITON_INTERPRET=1): direct checks against float64 conv -> relu -> pool, x1 and
+x100 inputs, normwise and elementwise (rtol 1e-5): the small size 2x3x43x47 (16 channels) NHWC 1 and 2:
+1.16e-7-1.24e-7; 5x3x96x83 (96 channels, k 11, s 4, p 2, pool 3/2) LAG 2 NHWC 1 and 2: 1.23e-7-1.24e-7;
+3x3x96x83 LAG 16 POOL_PIX 16 POOL_CB 64: 1.25e-7; 4x3x71x67 LAG 1 ONEPREP 0 POOL_CB 128; 3x3x71x67 FUSE 0
+(NHWC 1 and 2), NHWC 0 LAG 1, Y_EVICT 1 LAG 1; 3x3x100x90 NHWC 2 LAG 16 POOL_CB 64; 3x5x23x19 (k 5, s 2, p 1,
+40 channels: a masked channel group, 3 units on 1 tile) NHWC 2 POOL_CB 16 Y_EVICT 1: 1.0e-7; 4x5x23x19 SPLIT 0
+BLOCK_N 32 pool 2/2 (no carry) LAG 2, NHWC 1 and 2: 1.2e-7. Every one under 1.3e-7.
 The waits are bounded (SPIN_MAX polls, ~1 s): a broken count or schedule gives a wrong result, not a hang.
 """
 import torch
@@ -69,7 +66,8 @@ PDL = 1           # 1: the conv launched with programmatic dependent launch, gri
 PDL_TRIGGER = 1   # PDL: where the prep programs allow the conv's launch: 1 at their start, 2 at their end, 0 exit
 FUSE = 1          # 1: the pool inside the conv kernel, LAG images behind; 0: a pool kernel after the conv
 LAG = 16          # FUSE 1: a tile of image i pools its share of image i - LAG (done, still in L2)
-NHWC = 1          # 1: the conv scratch y pixel-major [img, pixel, OC_pad] (pool loads 16 B vectors); 0: NCHW
+NHWC = 1          # 1: the conv scratch y pixel-major [img, pixel, OC_pad] (pool loads 16 B vectors); 0: NCHW;
+                  # 2: NHWC, shares are (channel group, band of pooled rows), a window row's max carried down
 POOL_PIX = 32     # NHWC 1: pooled pixels per step of a pool share (x POOL_CB channels)
 POOL_CB = 32      # NHWC 1: channels per step of a pool share (a power of two)
 Y_EVICT = 0       # NHWC 1: 1 the scratch stored evict_last and read by the pool evict_first (L2 priority); 0 none
@@ -96,7 +94,7 @@ KGEN_TUNABLE = {
     "PDL_TRIGGER": [0, 1, 2],
     "FUSE": [0, 1],
     "LAG": [8, 12, 16, 24, 32],
-    "NHWC": [0, 1],
+    "NHWC": [0, 1, 2],
     "POOL_PIX": [16, 32, 64],
     "POOL_CB": [16, 32, 64, 128],
     "Y_EVICT": [0, 1],
@@ -303,6 +301,55 @@ def _pool_share_nhwc(y_ptr, out_ptr, pimg, share, SHARE, OC, OCP, OH, OW: tl.con
 
 
 @triton.jit
+def _hrow_max(y_ptr, y_img, row, px, oc, m, OW: tl.constexpr, OCP, PS: tl.constexpr, PK: tl.constexpr,
+              Y_EVICT: tl.constexpr):
+    # [px, oc]: max over the PK conv outputs of conv row `row` that pooled column px's window covers
+    base = row * OW + px * PS
+    h = tl.full(m.shape, float("-inf"), tl.float32)
+    for dx in tl.static_range(PK):
+        off = y_img + (base + dx)[:, None] * OCP + oc[None, :]
+        if Y_EVICT:
+            v = tl.load(y_ptr + off, mask=m, other=float("-inf"), eviction_policy="evict_first")
+        else:
+            v = tl.load(y_ptr + off, mask=m, other=float("-inf"))
+        h = tl.maximum(h, v)
+    return h
+
+
+@triton.jit
+def _pool_band_nhwc(y_ptr, out_ptr, pimg, share, NSHARE, NBAND, BAND, OC, OCP, OH, OW: tl.constexpr, PH,
+                    PW: tl.constexpr, PS: tl.constexpr, PK: tl.constexpr, PW_P2: tl.constexpr,
+                    POOL_CB: tl.constexpr, Y_EVICT: tl.constexpr):
+    # NHWC 2: units (channel group cg, band of BAND pooled rows) of image pimg, u = share, share + NSHARE, ..:
+    # a [PW_P2, POOL_CB] block per pooled row; with PK == PS + 1 (3/2) the window's last conv row is the next
+    # pooled row's first, so its horizontal max is carried: each conv row of the band is read once
+    # (2 * BAND + 1 rows, not 3 * BAND) and 6 loads per output instead of 9
+    CARRY: tl.constexpr = PK == PS + 1
+    NCG = (OC + POOL_CB - 1) // POOL_CB
+    NPIX = PH * PW
+    y_img = pimg.to(tl.int64) * OH * OW * OCP
+    o_img = pimg.to(tl.int64) * OC * NPIX
+    px = tl.arange(0, PW_P2)
+    for u in range(share, NCG * NBAND, NSHARE):
+        oc = (u % NCG) * POOL_CB + tl.arange(0, POOL_CB)
+        m = (px < PW)[:, None] & (oc < OC)[None, :]
+        py0 = (u // NCG) * BAND
+        py1 = tl.minimum(py0 + BAND, PH)
+        if py0 < PH:
+            carry = tl.full([PW_P2, POOL_CB], float("-inf"), tl.float32)
+            if CARRY:
+                carry = _hrow_max(y_ptr, y_img, py0 * PS, px, oc, m, OW, OCP, PS, PK, Y_EVICT)
+            for py in range(py0, py1):
+                best = carry
+                for dy in tl.static_range(1 if CARRY else 0, PK):
+                    h = _hrow_max(y_ptr, y_img, py * PS + dy, px, oc, m, OW, OCP, PS, PK, Y_EVICT)
+                    best = tl.maximum(best, h)
+                    if CARRY and dy == PK - 1:
+                        carry = h
+                tl.store(out_ptr + o_img + oc[None, :].to(tl.int64) * NPIX + py * PW + px[:, None], best, mask=m)
+
+
+@triton.jit
 def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr,
                       OC, OCP, OH, OW: tl.constexpr, Hs, Ws, NCH, KV, NB, TP, NN, N_CONV, LAG_N, PH,
                       PW: tl.constexpr, PS: tl.constexpr, NOUT, SHARE, KWs: tl.constexpr, CS_PAD: tl.constexpr,
@@ -311,7 +358,7 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
                       KSTEP: tl.constexpr, BLOCK_K: tl.constexpr, FUSE: tl.constexpr, PK: tl.constexpr,
                       POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr, SPIN_MAX: tl.constexpr,
                       USE_GDC: tl.constexpr, NHWC: tl.constexpr, POOL_PIX: tl.constexpr,
-                      POOL_CB: tl.constexpr, Y_EVICT: tl.constexpr):
+                      POOL_CB: tl.constexpr, Y_EVICT: tl.constexpr, NBAND, BAND, PW_P2: tl.constexpr):
     # programs 0 .. N_CONV-1: one conv tile each, image-major (BLOCK_M output pixels x (T0 + T1) channels; the
     # TPI = TP * NN tiles of image i are programs i*TPI .. i*TPI + TPI-1); FUSE 1: each then pools share r (its
     # rank in its image) of image i - LAG_N, and programs N_CONV .. N_CONV + LAG_N*TPI - 1 pool the last
@@ -386,7 +433,10 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
                 done = tl.atomic_add(cnt_ptr + pimg, 0, sem="acquire", scope="gpu")
                 spins += 1
             tl.debug_barrier()
-            if NHWC:
+            if NHWC == 2:
+                _pool_band_nhwc(y_ptr, out_ptr, pimg, share, TPI, NBAND, BAND, OC, OCP, OH, OW, PH, PW, PS,
+                                PK, PW_P2, POOL_CB, Y_EVICT)
+            elif NHWC:
                 _pool_share_nhwc(y_ptr, out_ptr, pimg, share, SHARE, OC, OCP, OH, OW, PH, PW, PS,
                                  PK, POOL_PIX, POOL_CB, Y_EVICT)
             else:
@@ -397,10 +447,13 @@ def _conv_pool_kernel(xs_ptr, wv_ptr, inv_ptr, bias_ptr, y_ptr, out_ptr, cnt_ptr
 @triton.jit
 def _maxpool_kernel(y_ptr, out_ptr, NOUT, OC, OCP, OH, OW: tl.constexpr, PH, PW: tl.constexpr, PS: tl.constexpr,
                     PK: tl.constexpr, POOL_BLOCK: tl.constexpr, POOL_CG: tl.constexpr, NHWC: tl.constexpr,
-                    POOL_PIX: tl.constexpr, POOL_CB: tl.constexpr):
+                    POOL_PIX: tl.constexpr, POOL_CB: tl.constexpr, NBAND, BAND, PW_P2: tl.constexpr):
     # FUSE 0: the pool after the conv; program (share, image): POOL_BLOCK pooled outputs (NHWC 1: POOL_PIX
-    # pooled pixels) of one image
-    if NHWC:
+    # pooled pixels; NHWC 2: one (channel group, band) unit) of one image
+    if NHWC == 2:
+        _pool_band_nhwc(y_ptr, out_ptr, tl.program_id(1), tl.program_id(0), tl.num_programs(0), NBAND, BAND, OC,
+                        OCP, OH, OW, PH, PW, PS, PK, PW_P2, POOL_CB, 0)
+    elif NHWC:
         _pool_share_nhwc(y_ptr, out_ptr, tl.program_id(1), tl.program_id(0), POOL_PIX, OC, OCP, OH, OW, PH, PW,
                          PS, PK, POOL_PIX, POOL_CB, 0)
     else:
@@ -458,6 +511,10 @@ def conv_relu_pool_s2d_3xfp16_v10(x, weight, bias, stride, padding, PK, PS):
     LAG_N = min(LAG, NB) if FUSE else 0
     # a tile's pool share (FUSE 1): NHWC 1 pooled pixels (all channels), 0 pooled outputs
     SHARE = triton.cdiv(PH * PW if NHWC else NOUT, TPI)
+    # NHWC 2: (channel group, band) units, about one per tile: bands of BAND pooled rows
+    NCG = triton.cdiv(OC, POOL_CB)
+    BAND = triton.cdiv(PH, max(1, TPI // NCG))
+    NBAND = triton.cdiv(PH, BAND)
     extra = {"maxnreg": MAXNREG} if MAXNREG else {}
     if use_gdc:
         extra["launch_pdl"] = True                # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -467,13 +524,13 @@ def conv_relu_pool_s2d_3xfp16_v10(x, weight, bias, stride, padding, PK, PS):
         KWs=KWs, CS_PAD=CS_PAD, HAS_BIAS=bias is not None, RELU=True,
         OFF64=xs.numel() >= 2**31, BLOCK_M=BLOCK_M, T0=T0, T1=T1, KSTEP=KSTEP, BLOCK_K=BLOCK_K,
         FUSE=FUSE, PK=PK, POOL_BLOCK=POOL_BLOCK, POOL_CG=POOL_CG, SPIN_MAX=SPIN_MAX, USE_GDC=use_gdc,
-        NHWC=NHWC, POOL_PIX=POOL_PIX, POOL_CB=POOL_CB, Y_EVICT=Y_EVICT, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-        **extra)
+        NHWC=NHWC, POOL_PIX=POOL_PIX, POOL_CB=POOL_CB, Y_EVICT=Y_EVICT, NBAND=NBAND, BAND=BAND,
+        PW_P2=triton.next_power_of_2(PW), num_warps=NUM_WARPS, num_stages=NUM_STAGES, **extra)
     if not FUSE:
-        n_prog = triton.cdiv(PH * PW, POOL_PIX) if NHWC else triton.cdiv(NOUT, POOL_BLOCK)
+        n_prog = NCG * NBAND if NHWC == 2 else triton.cdiv(PH * PW, POOL_PIX) if NHWC else triton.cdiv(NOUT, POOL_BLOCK)
         _maxpool_kernel[(n_prog, NB)](y, out, NOUT, OC, OC_pad, OH, OW, PH, PW, PS, PK=PK, POOL_BLOCK=POOL_BLOCK,
                                       POOL_CG=POOL_CG, NHWC=NHWC, POOL_PIX=POOL_PIX, POOL_CB=POOL_CB,
-                                      num_warps=POOL_WARPS)
+                                      NBAND=NBAND, BAND=BAND, PW_P2=triton.next_power_of_2(PW), num_warps=POOL_WARPS)
     return out
 
 
