@@ -37,6 +37,12 @@ Expected: the pool phase ~2-3x fewer instructions and L1 wavefronts, the epilogu
 So 0.295-0.303 ms judged (2-5% under oneprep). Unmeasured: nothing here has run on a GPU yet;
 benchmarks/crm10_gpu.sh sweeps NHWC 0/1/2 with the knobs above beside oneprep as written in the same call, then
 judges the fastest and oneprep.
+PTX / ptxas (Triton 3.9.0's wheel here, sm_90, offline; ints specialized as the JIT does at AlexNet's size; the
+device's Triton 3.6 may differ a little): NHWC 1: 182 registers, no spills, 114,688 B shared (2 programs per SM
+as before: shared memory is the limit); per thread the epilogue is 24 st.global.v4.b32, a pool block step 18
+ld.global.v4.b32 (9 taps x 2) and 8 scalar stores to `out`; NHWC 2: 182, 18 v4 loads (the carried row's 6, then
+12 per pooled row); NHWC 0 (oneprep's pattern): 168, 104 scalar stores (96 of them the epilogue's) and 72 scalar
+loads per step; NHWC 2 POOL_CB 64: 198; Y_EVICT 1: the hints as L2::cache_hint policies, 184.
 Interpreter (Triton 3.9 CPU, TRITON_INTERPRET=1): direct checks against float64 conv -> relu -> pool, x1 and
 x100 inputs, normwise and elementwise (rtol 1e-5): the small size 2x3x43x47 (16 channels) NHWC 1 and 2:
 1.16e-7-1.24e-7; 5x3x96x83 (96 channels, k 11, s 4, p 2, pool 3/2) LAG 2 NHWC 1 and 2: 1.23e-7-1.24e-7;
