@@ -403,9 +403,11 @@ def test_without_a_started_word_only_a_return_run_with_its_end_pending_is_known_
     assert gated.opened_by == "shadow" and gated.held is None
 
 
-def test_the_clock_setting_defaults_to_todays_and_refuses_unknown_values(monkeypatch):
+def test_the_clock_setting_defaults_to_the_gate_and_refuses_unknown_values(monkeypatch):
     monkeypatch.delenv("KGEN_JUDGE_CLOCK", raising=False)
-    assert judge_clock(None) == "events"
+    assert judge_clock(None) == "gate"
+    monkeypatch.setenv("KGEN_JUDGE_CLOCK", "events")
+    assert judge_clock(None) == "events" and judge_clock("gate") == "gate"
     monkeypatch.setenv("KGEN_JUDGE_CLOCK", "gate")
     assert judge_clock(None) == "gate" and judge_clock("events") == "events"
     with pytest.raises(ValueError, match="unknown judge clock"):

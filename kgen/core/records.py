@@ -91,7 +91,7 @@ class EvalSettings:
     impossible_ms: Optional[float] = None  # writing the outputs once: a correct time below it is `suspicious`
     cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
     sandbox: str = "bwrap"  # "bwrap" | "none" (--no-sandbox: recorded with every result)
-    judge_clock: Optional[str] = None  # GPU timing: "events" (today's) | "gate"; None: KGEN_JUDGE_CLOCK, else events
+    judge_clock: Optional[str] = None  # GPU timing: "gate" | "events"; None: KGEN_JUDGE_CLOCK, else gate
 
 
 @dataclass

@@ -50,14 +50,15 @@ from typing import Any, Optional
 
 from kgen.harness.gate import PAGE_BYTES, WORD_BYTES
 
-CLOCKS = ("events", "gate")  # events: today's (the runner's events, bounded by the judge's wall clock)
+CLOCKS = ("events", "gate")  # events: the runner's events bounded by the judge's wall clock (before the gate)
+DEFAULT_CLOCK = "gate"  # the default since its H100 runs (RESULTS, tenth session): every shave caught, no honest flag
 F_SEAL_FUTURE_WRITE = 0x0010  # Linux 5.1: no new writable mapping, no write(2); the judge's own mapping stays
 GATE_SHADOW_S = 1e-3  # what the runner's GPU-side wait gave the host to queue the forward (LAUNCH_SHADOW_CYCLES)
 
 
 def judge_clock(setting: Optional[str]) -> str:
-    """The clock a GPU timing uses: the setting, else KGEN_JUDGE_CLOCK, else today's events clock."""
-    value = (setting or os.environ.get("KGEN_JUDGE_CLOCK") or "events").strip().lower()
+    """The clock a GPU timing uses: the setting, else KGEN_JUDGE_CLOCK, else the gate clock."""
+    value = (setting or os.environ.get("KGEN_JUDGE_CLOCK") or DEFAULT_CLOCK).strip().lower()
     if value not in CLOCKS:
         raise ValueError(f"unknown judge clock {value!r} (KGEN_JUDGE_CLOCK): expected one of {', '.join(CLOCKS)}")
     return value
