@@ -84,7 +84,8 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     # import and the problem's load: on the H100 box the runner's start came 3.1 s after the reference was done
     from kgen.judge.spares import start_early
 
-    spares = start_early(verdict.language, device, "bwrap" if sandbox else "none")
+    spares = start_early(verdict.language, device, "bwrap" if sandbox else "none") \
+        if verdict.rejection is None and _problem_file_exists(problem) else None  # else an error line soon
     try:
         return _evaluate_loaded(problem, source, spares, device=device, size=size, timeout_s=timeout_s, rtol=rtol,
                                 db=db, baselines=baselines, sandbox=sandbox, startup_s=startup_s, started=started)
