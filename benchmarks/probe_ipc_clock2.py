@@ -38,21 +38,22 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kgen, from a checkout (the GPU machine has no install)
+from kgen.harness.gate import GATE_PTX
 
 SHADOW_CYCLES = 2_000_000  # ~1 ms at the H100's ~1.98 GHz: the host enqueues the forward while the GPU waits
 WATCH_TIMEOUT_NS = 50_000_000
 # (name, elements per launch, launches): ~5 us, ~25 us, ~450 us per launch on an H100 (8 bytes per element)
 WORKLOADS = (("nothing", 1 << 10, 0), ("~20us", 1 << 21, 4), ("~100us", 1 << 23, 4), ("~1.8ms", 1 << 27, 4))
 
-# Hand-written PTX, loaded by the driver (no nvcc, no build): kgen_mark stamps the global timer into
-# stamps[slot] and then (fenced) sets *flag = value; kgen_watch spins on *flag and stamps when it reaches each of
-# two values; kgen_gate spins until *flag >= value (the judge's gate where stream memory ops are missing);
-# kgen_ticks records the global timer's first 8 increments (its resolution).
-PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
-
+# Hand-written PTX, loaded by the driver (no nvcc, no build): the runner's own GATE_PTX (its header and
+# kgen_gate, which spins until *flag >= value: the judge's gate where stream memory ops are missing), then
+# kgen_mark, which stamps the global timer into stamps[slot] and then (fenced) sets *flag = value; kgen_watch,
+# which spins on *flag and stamps when it reaches each of two values; kgen_ticks, which records the global
+# timer's first 8 increments (its resolution).
+PTX = GATE_PTX + r"""
 .visible .entry kgen_mark(.param .u64 stamps, .param .u32 slot, .param .u64 flag, .param .u32 value)
 {
     .reg .pred %p;
@@ -116,29 +117,6 @@ WAIT2:
 SEEN2:
     mov.u64 %rd6, %globaltimer;
     st.volatile.global.u64 [%rd2+8], %rd6;
-DONE:
-    ret;
-}
-
-.visible .entry kgen_gate(.param .u64 flag, .param .u32 value, .param .u64 timeout_ns)
-{
-    .reg .pred %p<3>;
-    .reg .b32 %r<3>;
-    .reg .b64 %rd<5>;
-    ld.param.u64 %rd1, [flag];
-    cvta.to.global.u64 %rd1, %rd1;
-    ld.param.u32 %r1, [value];
-    ld.param.u64 %rd2, [timeout_ns];
-    mov.u64 %rd3, %globaltimer;
-    add.s64 %rd3, %rd3, %rd2;
-SPIN:
-    ld.volatile.global.u32 %r2, [%rd1];
-    setp.ge.u32 %p1, %r2, %r1;
-    @%p1 bra DONE;
-    mov.u64 %rd4, %globaltimer;
-    setp.gt.u64 %p2, %rd4, %rd3;
-    @%p2 bra DONE;
-    bra SPIN;
 DONE:
     ret;
 }

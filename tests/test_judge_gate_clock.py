@@ -1,8 +1,10 @@
 """The judge's gate clock (KGEN_JUDGE_CLOCK=gate, issue 28) on the CPU: the gate page only the judge can
 write, the judge's side of a gated run against a runner on a real socket (return, shadow, failure, a
-stream that did not wait), and the check's arithmetic on recorded numbers. The real thing (the runner's
-cuStreamWaitValue32, the interprocess end event, the sandbox) is in tests/test_judge_clock_gpu.py."""
+stream that did not wait, its started and end words), the check's arithmetic on recorded numbers, and which
+clock decides the verdict. The real thing (the runner's cuStreamWaitValue32 and cuStreamWriteValue32, the
+sandbox) is in tests/test_judge_clock_gpu.py."""
 
+import ctypes
 import mmap
 import os
 import random
@@ -16,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from kgen.harness.gate import map_read_only, read_word
+from kgen.core.records import Outcome
+from kgen.harness.gate import END_WORD, STARTED_WORD, WORD_BYTES, map_read_only, read_word
 from kgen.harness.protocol import Channel, RunnerJob
 from kgen.judge.gate_clock import GatedRun, GatePage, gated_run, judge_clock
-from kgen.judge.timing import GATE_FLOOR_MS, MIN_GATE_RUNS, Stopwatch, gate_clock_check
+from kgen.judge.timing import GATE_FLOOR_MS, MIN_GATE_RUNS, ClockCheck, Stopwatch, TimedRuns, gate_clock_check
+from kgen.judge.verdict import Verdict
 
 OFFSET_MS = 0.0025  # probe 2 on the H100: the poll sees the end event 2.5 us after the runner's events say
 NOISE_MS = 0.0001  # and its noise, 0.1 us
@@ -49,6 +53,20 @@ def test_honest_runs_are_not_flagged_whatever_their_length(runner_ms):
         assert check.threshold_ms >= GATE_FLOOR_MS
 
 
+@pytest.mark.parametrize(("runner_ms", "early_ms"), [(0.06, 0.01), (1.0, 0.05), (5.4, 0.3)])
+def test_a_judge_time_shorter_than_the_runners_is_flagged(runner_ms, early_ms):
+    """The end signalled `early_ms` before the runner's events end (or a gate that did not hold): the gap is
+    negative, and beyond the threshold it is flagged as surely as a shave."""
+    rng = random.Random(3)
+    runs = [(runner_ms - early_ms + OFFSET_MS + rng.gauss(0, NOISE_MS), runner_ms) for _ in range(200)]
+    check = gate_clock_check(runs, NULLS, runner_ms)
+    assert check.gap_ms == pytest.approx(-early_ms, abs=5e-5) and check.flagged, check
+
+
+def test_todays_clock_stays_one_sided():
+    assert not ClockCheck(-5.0, 0.01, 0.5).flagged and ClockCheck(0.6, 0.01, 0.5).flagged
+
+
 def test_noisy_runs_widen_the_threshold_instead_of_being_flagged():
     rng = random.Random(7)
     noisy = [(1.0 + OFFSET_MS + rng.gauss(0, 0.02), 1.0) for _ in range(50)]
@@ -60,7 +78,7 @@ def _stopwatch(candidate: list[GatedRun], runner_ms: float, nulls: int) -> Stopw
     """A Stopwatch holding recorded gated runs only (what gate_report reads)."""
     watch = object.__new__(Stopwatch)
     watch.page, watch.gate_errors, watch.gate_wait = object(), {}, "cuStreamWaitValue32"
-    watch.gate_ends = {"candidate's runner": "interprocess event", "reference runner": "interprocess event"}
+    watch.gate_ends = {"candidate's runner": "end word (...)", "reference runner": "end word (...)"}
     watch.gate_candidate = [(g, runner_ms) for g in candidate]
     watch.gate_null = [(GatedRun("return", True, True, OFFSET_MS), 0.001) for _ in range(nulls)]
     watch.gate_calibration = []
@@ -68,27 +86,123 @@ def _stopwatch(candidate: list[GatedRun], runner_ms: float, nulls: int) -> Stopw
 
 
 def test_the_report_holds_both_clocks_the_gap_and_the_threshold():
-    runs = [GatedRun("return", True, True, 1.0 + OFFSET_MS - 0.001) for _ in range(40)]
+    runs = [GatedRun("return", True, True, 1.0 + OFFSET_MS - 0.001, reply_lag_ms=0.05) for _ in range(40)]
     report = _stopwatch(runs, 0.95, 20).gate_report(0.95, 40)
     assert report["check"] == "made" and report["flagged"]
     assert report["judge_median_ms"] == pytest.approx(1.0015, abs=1e-4)
     assert report["runner_median_ms"] == 0.95 and report["gap_ms"] == pytest.approx(0.05, abs=1e-4)
-    assert report["threshold_ms"] < 0.05 and report["samples"][0] == [1.0015, 0.95, "return", True]
+    assert report["threshold_ms"] < 0.05 and report["samples"][0] == [1.0015, 0.95, "return", True, 0.05]
+    assert report["reply_lag_median_ms"] == 0.05 and report["null_reply_lag_median_ms"] is None
+    watch = _stopwatch(runs, 0.95, 20)
+    watch.gate_null = [(GatedRun("return", True, True, OFFSET_MS, reply_lag_ms=0.03), 0.001)] * 20
+    report = watch.gate_report(0.95, 40)
+    assert report["reply_lag_gap_ms"] == pytest.approx(0.02) and report["reply_lag_noise_ms"] == 0
 
 
-def test_no_check_is_claimed_when_most_runs_are_not_clean():
-    """Runs whose gate opened on the shadow (forward had not returned) only bound the time: with most runs
-    like that, the gate clock claims nothing and today's clock decides."""
+def test_held_shadow_runs_are_checked_like_held_returns():
+    """A forward of many Python-level launches outlasts the shadow in most runs (H100: 53 of 100 at 5.4 ms,
+    91 of 100 at 60 us): the gate held them all, so they count, and a shave in them is caught."""
+    runs = [GatedRun("shadow", True, True, 1.0 + OFFSET_MS - 0.001)] * 91 \
+        + [GatedRun("return", True, True, 1.0 + OFFSET_MS - 0.001)] * 9
+    report = _stopwatch(runs, 0.95, 33).gate_report(0.95, 100)
+    assert report["check"] == "made" and report["flagged"] and report["gap_ms"] == pytest.approx(0.05, abs=1e-4)
+    assert report["held_runs"] == 100 and report["shadow_runs"] == report["shadow_held_runs"] == 91
+    assert [s[2] for s in report["samples"][89:92]] == ["shadow", "shadow", "return"]
+    honest = [GatedRun(kind, True, True, 0.95 + OFFSET_MS) for kind in ["shadow"] * 91 + ["return"] * 9]
+    assert not _stopwatch(honest, 0.95, 33).gate_report(0.95, 100)["flagged"]
+
+
+def test_no_check_is_claimed_when_too_few_runs_are_known_to_be_held():
+    """Runs whose holding is unknown (a runner that writes no started word, opened on the shadow) only bound the
+    time: with most runs like that, the check is not made, and the report says how many held."""
     runs = [GatedRun("shadow", None, False, 1.2)] * 30 + [GatedRun("return", True, True, 1.0)] * 12
     report = _stopwatch(runs, 0.5, 20).gate_report(0.5, 42)
-    assert report["check"].startswith("not made") and "flagged" not in report
-    assert report["shadow_runs"] == 30 and report["clean_runs"] == 12
+    assert report["check"] == "not made: 12 held gated runs of 42 timed (at least 21 needed), 20 held do-nothing " \
+                              "runs (at least 10)" and "flagged" not in report
+    assert report["shadow_runs"] == 30 and report["held_runs"] == 12 and report["unknown_runs"] == 30
     assert _stopwatch(runs[30:], 0.5, MIN_GATE_RUNS - 1).gate_report(0.5, 12)["check"].startswith("not made")
 
 
-def test_a_stream_that_passed_a_closed_gate_is_counted():
-    runs = [GatedRun("return", False, False, 0.01)] + [GatedRun("return", True, True, 1.0)] * 20
-    assert _stopwatch(runs, 1.0, 20).gate_report(1.0, 21)["not_held_runs"] == 1
+def test_a_stream_that_passed_a_closed_gate_is_counted_in_either_kind_of_run():
+    runs = [GatedRun("return", False, False, 0.01), GatedRun("shadow", False, False, 0.01)] \
+        + [GatedRun("return", True, True, 1.0)] * 20
+    assert _stopwatch(runs, 1.0, 20).gate_report(1.0, 22)["not_held_runs"] == 2
+
+
+def test_runners_ending_on_different_signals_compare_with_the_candidates_own_calibration():
+    """The reference runner's do-nothing runs end on another signal (its interprocess event opened, the
+    candidate's did not): their offset is another one, so the calibration's runs on the candidate's own runner
+    (before its import) stand in."""
+    runs = [GatedRun("return", True, True, 1.0 + OFFSET_MS)] * 20
+    watch = _stopwatch(runs, 1.0, 20)
+    watch.gate_null = [(GatedRun("return", True, True, 0.150), 0.001)] * 20  # another signal: another offset
+    watch.gate_ends = {"candidate's runner": "end word (...)", "reference runner": "interprocess event"}
+    assert _stopwatch(runs, 1.0, 20).gate_report(1.0, 20)["flagged"] is False
+    report = watch.gate_report(1.0, 20)
+    assert report["check"].startswith("not made") and report["null_from"] == "runs before the candidate was loaded"
+    watch.gate_calibration = [(GatedRun("return", True, True, OFFSET_MS), 0.0)] * 20
+    report = watch.gate_report(1.0, 20)
+    assert report["check"] == "made" and not report["flagged"] and report["null_offset_ms"] == OFFSET_MS
+
+
+# -- which clock decides the verdict ------------------------------------------------------------------------
+
+class _Judge(TimedRuns):
+    """TimedRuns' verdicts alone (the Judge's evidence is not needed to decide)."""
+
+    def errors(self) -> dict:
+        return {}
+
+
+TODAYS_FLAG = ClockCheck(0.765, 0.05, 0.543)  # the conv_relu_maxpool starter under the gate on the H100
+
+
+def _verdict(gate_clock, clock=TODAYS_FLAG, median_ms=0.43):
+    try:
+        _Judge().clock_verdict(clock, gate_clock, median_ms, 2.8, 1.6)
+    except Verdict as v:
+        return v
+    return None
+
+
+def test_a_made_gate_check_decides_and_todays_clock_does_not_flag_gated_runs():
+    """Gated, a forward's host time and its GPU time are serial: the judge's wall clock holds both, and today's
+    check flagged the honest conv_relu_maxpool starter (gap 0.765 > 0.543 ms) on the H100. A made, clean gate
+    check passes it; without the gate, today's clock still flags."""
+    clean = _stopwatch([GatedRun("return", True, True, 0.43 + OFFSET_MS)] * 40, 0.43, 20).gate_report(0.43, 40)
+    assert clean["check"] == "made" and not clean["flagged"]
+    assert _verdict(clean) is None
+    todays = _verdict(None)
+    assert todays.outcome == Outcome.SUSPICIOUS and "unexplained" in todays.message
+    ungated = dict(clean, runs=0)  # the gate clock asked for, the candidate's runner could not set it up
+    assert _verdict(ungated).message == todays.message
+
+
+def test_a_gate_check_that_cannot_be_made_is_suspicious_in_one_line():
+    runs = [GatedRun("shadow", None, False, 1.2)] * 30 + [GatedRun("return", True, True, 1.0)] * 12
+    verdict = _verdict(_stopwatch(runs, 0.5, 20).gate_report(0.5, 42), ClockCheck(0.0, 0.01, 0.5))
+    assert verdict.outcome == Outcome.SUSPICIOUS
+    assert verdict.message == ("the gate clock could not check the timing: 12 of 42 runs held (30 opened before "
+                               "forward returned), 20 do-nothing runs; not made: 12 held gated runs of 42 timed (at "
+                               "least 21 needed), 20 held do-nothing runs (at least 10)")
+    assert "\n" not in verdict.message
+
+
+@pytest.mark.parametrize(("judge_ms", "runner_ms", "words"), [
+    (1.0 + OFFSET_MS, 0.95, "is 51 us shorter than the judge's gate clock (1.002 ms"),  # a shave
+    (0.9 + OFFSET_MS, 1.0, "is 99 us shorter than the runner's CUDA-event time (1 ms), beyond what a run that does "
+                           "nothing shows and more than the 11 us the measured noise allows: the gate did not hold or "
+                           "the end was signalled early")])
+def test_a_flagged_gate_check_says_which_way(judge_ms, runner_ms, words):
+    report = _stopwatch([GatedRun("return", True, True, judge_ms)] * 40, runner_ms, 20).gate_report(runner_ms, 40)
+    verdict = _verdict(report, ClockCheck(0.0, 0.01, 0.5), runner_ms)
+    assert verdict.outcome == Outcome.SUSPICIOUS and words in verdict.message, verdict.message
+
+
+def test_a_stream_that_did_not_wait_is_suspicious_before_anything_else():
+    runs = [GatedRun("shadow", False, False, 0.0)] + [GatedRun("return", True, True, 1.0 + OFFSET_MS)] * 40
+    verdict = _verdict(_stopwatch(runs, 1.0, 20).gate_report(1.0, 41))
+    assert "in 1 of 41 gated runs the runner's stream had passed the gate" in verdict.message
 
 
 # -- the gate page: only the judge writes it --------------------------------------------------------------
@@ -118,8 +232,6 @@ def test_the_runner_sees_the_judges_gate_and_cannot_open_it():
 def test_a_runners_end_page_is_its_own_to_write_and_the_judge_reads_it():
     """The end word (where the interprocess end event cannot be opened): the runner's stream writes the run's
     value into its own page, unsealed, and the judge's poll reads it there."""
-    import ctypes
-
     end = GatePage(sealed=False)
     try:
         address = map_read_only(end.fd, writable=True)
@@ -129,18 +241,9 @@ def test_a_runners_end_page_is_its_own_to_write_and_the_judge_reads_it():
         end.close()
 
 
-def test_no_check_is_claimed_when_the_runners_runs_end_on_different_signals():
-    runs = [GatedRun("return", True, True, 1.0)] * 20
-    watch = _stopwatch(runs, 1.0, 20)
-    watch.gate_ends = {"candidate's runner": "interprocess event", "reference runner": "end word (...)"}
-    assert watch.gate_report(1.0, 20)["check"].startswith("not made: the two runners")
-
-
 def test_a_driver_function_rewritten_at_the_c_level_changes_the_gates_fingerprint():
     """The gate is as good as its wait: a function whose code is patched (here a `ret` in a page of our own
     standing in for cuStreamWaitValue32) or a ctypes pointer aimed elsewhere no longer matches."""
-    import ctypes
-
     from kgen.harness.gate import code_fingerprint
 
     code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
@@ -167,25 +270,35 @@ def test_the_job_carries_the_runners_gate_word():
 
 class FakeRunner:
     """The runner's part, in a thread: waits for the request, 'enqueues' the forward behind the gate (its
-    GPU: a thread that waits until the gate word reaches the run's value, then works `gpu_s`), says
-    `returned` (before the gate opens, or, where its forward synchronizes inside, only after), and marks the
-    end event done when its GPU is done."""
+    GPU: a thread that waits until the gate word reaches the run's value, writes the started word, works
+    `gpu_s`, writes the end word), says `returned` (before the gate opens, or, where its forward synchronizes
+    inside, only after), after `host_s` of forward's host time. `waits=False`: a stream that does not wait
+    for the gate; `started_word=False`: a runner that writes none (the gate kernel's fallback)."""
 
     def __init__(self, page: GatePage, index: int, gpu_s: float, syncs_inside: bool = False, fails: bool = False,
-                 host_s: float = 0.0):
+                 host_s: float = 0.0, waits: bool = True, started_word: bool = True):
         self.judge_end, runner_end = socket.socketpair()
         self.channel, self.runner = Channel(self.judge_end), Channel(runner_end)
         self.address, self.index, self.gpu_s = map_read_only(page.fd), index, gpu_s
         self.syncs_inside, self.fails, self.host_s = syncs_inside, fails, host_s
+        self.waits, self.started_word = waits, started_word
+        self.end = GatePage(sealed=False)  # this runner's own end page
+        self.end_address = map_read_only(self.end.fd, writable=True)
         self.done = threading.Event()
         self.gate_seen_at = None
         threading.Thread(target=self.serve, daemon=True).start()
 
+    def write(self, word: int, value: int) -> None:
+        ctypes.c_uint32.from_address(self.end_address + WORD_BYTES * word).value = value
+
     def gpu(self, value: int) -> None:
-        while read_word(self.address, self.index) < value:
+        while self.waits and read_word(self.address, self.index) < value:
             time.sleep(1e-5)
         self.gate_seen_at = time.perf_counter()
+        if self.started_word:
+            self.write(STARTED_WORD, value)
         time.sleep(self.gpu_s)
+        self.write(END_WORD, value)
         self.done.set()
 
     def serve(self) -> None:
@@ -201,18 +314,22 @@ class FakeRunner:
         time.sleep(self.host_s)  # forward's host time: its launches, queued behind the gate
         self.runner.send({"type": "returned"})
 
-    def run(self, page: GatePage, shadow_s: float = 0.02) -> tuple[GatedRun, float]:
+    def run(self, page: GatePage, shadow_s: float = 0.02, read_s: float = 0.0) -> tuple[GatedRun, float]:
+        """`read_s`: what reading a message costs the judge (parsing it, on a loaded host)."""
         value = page.next_value(self.index)
         asked = time.perf_counter()
         self.channel.send({"type": "timed", "gate": value})
 
         def receive_returned():
+            time.sleep(read_s)
             message = self.channel.receive(timeout_s=5)
             if message["type"] != "returned":
                 raise RuntimeError(message["message"])
 
-        gated = gated_run(lambda: page.open(self.index, value), self.done.is_set, self.channel.readable,
-                          receive_returned, time.perf_counter() + 5, shadow_s=shadow_s)
+        gated = gated_run(lambda: page.open(self.index, value), lambda: self.end.read(END_WORD) >= value,
+                          self.channel.readable, receive_returned, time.perf_counter() + 5,
+                          (lambda: self.end.read(STARTED_WORD) >= value) if self.started_word else None,
+                          shadow_s=shadow_s)
         return gated, asked
 
 
@@ -227,17 +344,39 @@ def test_the_gate_opens_when_forward_returns_and_the_judge_times_the_gpu_from_th
     """The judge's time holds the GPU's 20 ms from the gate on, not forward's 300 ms of host time before it."""
     runner = FakeRunner(page, 0, gpu_s=0.02, host_s=0.3)
     gated, asked = runner.run(page, shadow_s=5.0)
-    assert gated.opened_by == "return" and gated.held and gated.pending_at_first_poll and gated.clean
+    assert gated.opened_by == "return" and gated.held and gated.pending_at_first_poll
     assert 20 <= gated.judge_ms < 300 and runner.gate_seen_at - asked >= 0.3
-    assert runner.done.is_set()
+    assert runner.done.is_set() and runner.end.read(STARTED_WORD) == runner.end.read(END_WORD) == 1
 
 
-def test_a_forward_that_synchronizes_inside_gets_the_gate_after_the_shadow_and_does_not_deadlock(page):
+def test_a_forward_that_synchronizes_inside_gets_the_gate_after_the_shadow_and_is_held(page):
+    """No deadlock, and the started word says the gate held it: the run counts in the check."""
     runner = FakeRunner(page, 1, gpu_s=0.005, syncs_inside=True)
     gated, asked = runner.run(page, shadow_s=0.02)
-    assert gated.opened_by == "shadow" and gated.held is None and not gated.clean
+    assert gated.opened_by == "shadow" and gated.held is True
     assert runner.gate_seen_at - asked >= 0.02
     assert runner.done.is_set()
+
+
+def test_a_shadow_runs_end_is_timed_when_it_shows_not_when_returned_is_read(page):
+    """The gate opened on the shadow; the GPU's 10 ms end before forward's host returns at 200 ms: the poll
+    looks at the socket on the side and times the end itself (reading `returned` first made the judge's time
+    long by the rest of the host's time: an honest run looking shaved)."""
+    runner = FakeRunner(page, 0, gpu_s=0.01, host_s=0.2)
+    gated, _ = runner.run(page, shadow_s=0.02)
+    assert gated.opened_by == "shadow" and gated.held is True and gated.pending_at_first_poll
+    assert 10 <= gated.judge_ms < 100, gated
+
+
+def test_a_shadow_runs_end_that_lands_while_returned_would_be_read_is_timed_when_it_lands(page):
+    """The gate opens on the shadow (20 ms), forward returns at 30 ms, the GPU ends at 35 ms, and reading the
+    message costs 200 ms: the poll goes on alone once `returned` is there, so the judge's time is the GPU's
+    15 ms (plus this host's thread switches), not ~200 (on the H100 an honest forward of 20 small launches
+    read 29 us long that way)."""
+    runner = FakeRunner(page, 0, gpu_s=0.015, host_s=0.03)
+    gated, _ = runner.run(page, shadow_s=0.02, read_s=0.2)
+    assert gated.opened_by == "shadow" and gated.held is True
+    assert 15 <= gated.judge_ms < 120, gated
 
 
 def test_the_gate_opens_even_when_the_runner_fails(page):
@@ -247,11 +386,21 @@ def test_the_gate_opens_even_when_the_runner_fails(page):
     assert read_word(runner.address, 0) == page.values[0] == 1  # the runner's stream is not left waiting
 
 
-def test_an_end_event_already_done_before_the_gate_opened_is_not_held(page):
-    runner = FakeRunner(page, 0, gpu_s=1.0)
-    runner.done.set()  # as if the stream had not waited for the gate
+@pytest.mark.parametrize(("host_s", "opened_by"), [(0.0, "return"), (0.3, "shadow")])
+def test_a_stream_that_passed_the_gate_before_it_opened_is_not_held(page, host_s, opened_by):
+    runner = FakeRunner(page, 0, gpu_s=1.0, host_s=host_s, waits=False)
+    time.sleep(0.05)  # the stream is already past where the gate should have held it
+    gated, _ = runner.run(page, shadow_s=0.1)
+    assert gated.opened_by == opened_by and gated.held is False
+
+
+def test_without_a_started_word_only_a_return_run_with_its_end_pending_is_known_held(page):
+    runner = FakeRunner(page, 0, gpu_s=0.02, started_word=False)
     gated, _ = runner.run(page, shadow_s=5.0)
-    assert gated.opened_by == "return" and gated.held is False and not gated.clean
+    assert gated.opened_by == "return" and gated.held is True
+    runner = FakeRunner(page, 1, gpu_s=0.005, syncs_inside=True, started_word=False)
+    gated, _ = runner.run(page, shadow_s=0.02)
+    assert gated.opened_by == "shadow" and gated.held is None
 
 
 def test_the_clock_setting_defaults_to_todays_and_refuses_unknown_values(monkeypatch):

@@ -7,8 +7,13 @@ judge opens the gate itself and stamps its own clock then, so a start event the 
 mid-forward no longer shortens the judge's figure, and the end event is recorded by the runner after
 forward returned (a later record only makes it later).
 
-The end word: where the judge cannot open the interprocess event (legacy CUDA IPC across the sandbox's
-namespaces), the stream also writes the run's value into this runner's own end page after the end event.
+The end page: this runner's own page, unsealed, which its stream writes and the judge reads. Word STARTED_WORD
+gets the run's value right behind the gate wait (before the start event): the judge reads it just before it
+opens the gate, and a value already there means the stream did not wait. Word END_WORD gets it behind the end
+event: the end the judge times to where it cannot open the interprocess event (legacy CUDA IPC does not cross
+the sandbox's PID namespace: cudaErrorMapBufferObjectFailed on the H100). Both are only as trustworthy as
+this process: the candidate's host code and kernels can write the page too (kgen.judge.gate_clock says what
+that allows and what still bounds it).
 
 The gate page is a memfd the judge sealed against new writable mappings (F_SEAL_FUTURE_WRITE) before it
 sent it: this process maps it read-only and registers it with the driver as read-only device memory,
@@ -26,6 +31,7 @@ from typing import Any, Optional
 
 PAGE_BYTES = 4096
 WORD_BYTES = 4
+END_WORD, STARTED_WORD = 0, 1  # of a runner's end page
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_READ_ONLY = 0x08
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
@@ -174,18 +180,23 @@ class Gate:
             raise GateError(f"{what}: CUDA driver error {status} ({(text.value or b'?').decode()})")
 
     def describe(self) -> dict[str, Any]:
-        """What the judge needs, sent once: the end event's handle (or why there is none), whether the end word
-        is written, and how the gate waits."""
+        """What the judge needs, sent once: the end event's handle (or why there is none), whether the end and
+        started words are written, and how the gate waits."""
         return {"end_event": self.end_handle if self.end_event is not None else None,
                 "end_event_error": self.end_event_error, "end_word": self.end_pointer is not None,
+                "started_word": self.end_pointer is not None,
                 "wait": self.kind, "index": self.index}
 
     def wait(self, value: int) -> None:
-        """Enqueue, on the runner's stream, a wait until the gate word reaches `value`."""
+        """Enqueue, on the runner's stream, a wait until the gate word reaches `value`, and behind it the
+        started word = `value` (where stream memory operations work)."""
         stream = ctypes.c_void_p(self.stream.cuda_stream)
         if self.kernel is None:
             self._check(self._wait_value(stream, self.device_pointer, value & 0xFFFFFFFF, CU_STREAM_WAIT_VALUE_GEQ),
                         "cuStreamWaitValue32")
+            if self.end_pointer is not None:
+                self._check(self._write_value(stream, self.end_pointer + WORD_BYTES * STARTED_WORD,
+                                              value & 0xFFFFFFFF, 0), "cuStreamWriteValue32 (the started word)")
             return
         values = [ctypes.c_uint64(self.device_pointer), ctypes.c_uint32(value & 0xFFFFFFFF),
                   ctypes.c_uint64(GATE_KERNEL_TIMEOUT_NS)]
@@ -199,5 +210,6 @@ class Gate:
         if self.end_event is not None:
             self._record(self.end_event, self.stream)
         if self.end_pointer is not None:
-            self._check(self._write_value(ctypes.c_void_p(self.stream.cuda_stream), self.end_pointer,
-                                          value & 0xFFFFFFFF, 0), "cuStreamWriteValue32")
+            self._check(self._write_value(ctypes.c_void_p(self.stream.cuda_stream),
+                                          self.end_pointer + WORD_BYTES * END_WORD, value & 0xFFFFFFFF, 0),
+                        "cuStreamWriteValue32")
