@@ -5,8 +5,9 @@
 # Steps (default: all, in this order; each gets the time left, bench last since it writes as it goes):
 #   static   kgen eval of a candidate the static checks reject (tests/candidates/no_kernel.py): ~1 s,
 #            no baselines, no DB, no sandbox, no torch
-#   eval     kgen eval of a Triton starter on a fresh DB (baselines timed), then of another starter with the
-#            baselines in the DB (and its Triton cache cold), then the first starter again (all warm)
+#   eval     the sandbox probe's seconds (fresh cache, then its kept answer); kgen eval of a Triton starter on a
+#            fresh DB (baselines timed), then of another starter with the baselines in the DB (and its Triton
+#            cache cold), then the first starter again (all warm)
 #   search   kgen search --problem softmax --rounds 3 --candidates 8 --language triton (offline proposer):
 #            candidates per GPU-hour of wall time, first result latency, the search's startup figures
 #   bench    kgen bench with its defaults -> $OUT/bench-default/ (bench.md has the table of seconds)
@@ -56,6 +57,18 @@ for step in "${steps[@]}"; do
       [ -e "$db" ] && say "  the DB was created: the static reject did more than the static checks" \
                    || say "  no DB created (no baselines were timed)" ;;
     eval)
+      # the sandbox's probe as root (a sandboxed `import torch`) on a fresh cache, then its kept yes read back:
+      # what each first sandbox of a fresh process waited for before the probe's answer was kept (issue 26)
+      fresh probe
+      python3 - <<'PY' 2>&1 | tee -a "$log"
+import time
+from kgen.judge import sandbox
+for label in ("probed", "read back"):
+    sandbox._probe_as_nobody.cache_clear()
+    t = time.monotonic()
+    answer = sandbox._run_as_nobody(True)
+    print(f"  sandbox probe ({label}): runs as nobody {answer}, {time.monotonic() - t:.2f} s")
+PY
       fresh eval
       run_eval cold-fresh-db problems/starters/softmax/triton_online_two_pass.py "$db"
       run_eval baselines-in-db problems/starters/softmax/triton_row_in_registers.py "$db"

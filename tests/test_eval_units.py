@@ -473,6 +473,35 @@ def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_o
     assert spares.spare_key("cpu") == "cpu" and spares.spare_key("cuda:1") == "cuda:1"
 
 
+def test_kgen_eval_starts_its_sandboxes_before_torch_is_imported_and_the_judge_takes_them(monkeypatch):
+    """`kgen eval` starts the sandboxes its evaluation takes before it imports torch (kgen.judge.spares imports
+    none), in a thread whose processes outlive its start (bubblewrap's --die-with-parent kills a process whose
+    starting thread ended), and the judge takes exactly those: nothing is started again."""
+    import subprocess
+
+    from kgen.judge import judge, spares
+    from kgen.judge.evaluate import evaluate_one
+    from kgen.problems.problem import load_problem
+
+    imported = subprocess.run([sys.executable, "-c", "import sys, kgen.cli.evaluate, kgen.judge.spares; "
+                               "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    assert imported.stdout.strip() == "False", imported.stderr
+    early = spares.start_early("triton", "cpu", "bwrap")
+    early._settled()
+    (waiting,) = early.spares[("cpu", "run")]
+    time.sleep(0.5)  # the thread's starting is over: its process must still be there
+    assert waiting.process.alive() and early._starter.is_alive()
+    started = []
+    monkeypatch.setattr(spares, "start_process", lambda *a, **k: started.append(a) or pytest.fail("started again"))
+    monkeypatch.setattr(judge, "start_process", lambda *a, **k: started.append(a) or pytest.fail("started again"))
+    result = evaluate_one(load_problem("softmax", "small"), (CANDIDATES / "good_triton_softmax.py").read_text(),
+                          EvalSettings(device="cpu", size="small"), spares=early)
+    assert result.outcome == "correct", result.message
+    assert started == [] and not waiting.process.alive()  # taken, and closed with its evaluation
+    assert early._starter is None  # closed by evaluate_one: its thread ended
+    assert spares.start_early("triton", "cuda", "no-such-sandbox") is None
+
+
 def test_a_triton_build_is_keyed_by_the_input_shapes():
     """Triton compiles one kernel per specialization, so builds for one size are not another's (on the H100,
     `--size small` after `--size full` of one source found the full build and the runner had to compile)."""

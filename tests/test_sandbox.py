@@ -236,3 +236,43 @@ def test_the_runners_package_imports_nothing_of_the_judge_the_db_ray_the_llm_cli
     assert done.returncode == 0, done.stderr[-2000:]
     count, bad = done.stdout.strip().split(" ", 1)
     assert int(count) >= 6 and bad == "[]"
+
+
+def test_a_yes_of_the_sandbox_probe_is_kept_for_the_next_process_and_asked_again_after_a_chmod(
+        monkeypatch, tmp_path):
+    """As root, whether bubblewrap may run as nobody is probed once (a sandboxed `import torch`, seconds) and a
+    yes kept in kgen's cache: a new process reads it instead of probing; a no is never kept; a chmod of a
+    directory the sandbox binds for Python asks again."""
+    from kgen.judge import sandbox
+
+    python_dir = tmp_path / "python"
+    python_dir.mkdir()
+    monkeypatch.setattr(sandbox, "python_paths", lambda: (python_dir,))
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    answers = {True: 0, False: 1}  # the probe's exit status with and without the GPU's nodes
+    probes = []
+
+    def probe(argv, **kwargs):
+        probes.append(argv)
+        return subprocess.CompletedProcess(argv, answers[probes_gpu[0]])
+
+    probes_gpu = [True]
+    monkeypatch.setattr(sandbox.subprocess, "run", probe)
+
+    def new_process(gpu: bool) -> bool:
+        sandbox._probe_as_nobody.cache_clear()
+        probes_gpu[0] = gpu
+        return sandbox._run_as_nobody(gpu)
+
+    try:
+        assert new_process(True) is True and len(probes) == 1
+        assert sandbox.probe_record(True).is_file()
+        assert new_process(True) is True and len(probes) == 1  # read back, not probed
+        assert new_process(False) is False and len(probes) == 2
+        assert not sandbox.probe_record(False).is_file()
+        assert new_process(False) is False and len(probes) == 3  # a no is asked again
+        python_dir.chmod(0o700)  # nobody can no longer read it: the kept yes is not this installation's
+        assert not sandbox.probe_record(True).is_file()
+        assert new_process(True) is True and len(probes) == 4
+    finally:
+        sandbox._probe_as_nobody.cache_clear()  # later tests probe this machine for real

@@ -54,6 +54,8 @@ def test_search_runs_two_rounds_on_cpu_and_the_leaderboard_shows_its_winner(tmp_
     result = run_kgen("search", "--problem", "softmax", "--rounds", "2", "--candidates", "3", "--language", "triton",
                       "--size", "small", "--db", str(db))
     assert result.returncode == 0, result.stdout + result.stderr
+    # it ends without the interpreter's teardown (kgen.cli.main.quick_exit), but with its DB closed: no WAL left
+    assert not (tmp_path / "results.db-wal").exists()
     assert "no timings are measured" in result.stdout and "ranked by correctness only" in result.stdout
     assert [r[1:] for r in rows(db, "SELECT id, status, rounds_done, rounds_planned, proposer FROM runs")] == [
         ("finished", 2, 2, "offline")]

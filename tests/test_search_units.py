@@ -216,7 +216,7 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_and_warms_the_judge_be
     as candidates take them), and tells them to make their CUDA contexts; warm_up does the judge's one-time
     work. A warm-up that fails is no verdict: the first candidate meets the fault and reports it."""
     from kgen.judge import judge, sandbox, spares
-    from kgen.judge.evaluate import _processes
+    from kgen.judge.spares import processes_per_evaluation
     from kgen.search.workers import _Evaluator
 
     calls = []
@@ -239,8 +239,46 @@ def test_an_evaluator_on_a_gpu_starts_its_first_sandboxes_and_warms_the_judge_be
     assert evaluator.warm_up("bwrap", "triton") is None
     assert _Evaluator(None, "small", None).warm_up("bwrap", "triton") is None  # a collection's: no problem of its own
     # a runner spare takes 8.5-11 s to be ready on the H100 boxes, an evaluation 4.4-5 s: three evaluations ahead
-    assert spares.SpareRunners.DEPTH["run"] == 3 * _processes("triton", "cuda")["run"]
+    assert spares.SpareRunners.DEPTH["run"] == 3 * processes_per_evaluation("triton", "cuda")["run"]
     assert _Evaluator.PRESTART["run"] <= spares.SpareRunners.DEPTH["run"]
+
+
+def test_an_evaluator_starts_its_first_sandboxes_before_its_own_imports_and_prestart_adds_only_what_is_missing(
+        monkeypatch):
+    """Given the search's (sandbox, language), an evaluator starts prestart's sandboxes first thing, before it
+    imports torch and loads the problem (its sandbox probe and imports run beside them), for the device it knows
+    without torch: Ray's GPU is cuda:0, no GPU here is the CPU; on a machine with GPUs but none of Ray's for it
+    (a kgen_gpu evaluator) nothing starts early. prestart then starts what is missing, here nothing."""
+    from kgen.judge import sandbox, spares
+    from kgen.search import workers
+    from kgen.search.workers import _Evaluator
+
+    calls = []
+    monkeypatch.setattr(sandbox, "probe_early", lambda gpu: calls.append(("probe_early",)))
+    monkeypatch.setattr(workers, "_load", lambda *a: calls.append(("load",)))
+    monkeypatch.setattr(spares.SpareRunners, "prestart_in_background", lambda self, device, counts, warm=False: (
+        calls.append(("early", device, counts, warm)), self.spares.update(
+            {(device, kind): [f"{kind} {i}" for i in range(n)] for kind, n in counts.items()}))[0])
+    monkeypatch.setattr(spares, "start_process", lambda *a, **k: pytest.fail("started again"))
+    monkeypatch.setattr(spares.SpareRunners, "warm", lambda self: calls.append(("warm",)))
+    monkeypatch.setattr(workers, "_gpu_node_here", lambda: False)
+
+    evaluator = _Evaluator("softmax", "small", None, prestart=("bwrap", "triton"))
+    assert calls == [("early", "cpu", {"run": 2}, False), ("probe_early",), ("load",)]
+    monkeypatch.setattr(_Evaluator, "_judge_device", staticmethod(lambda: "cpu"))
+    evaluator.prestart("bwrap", "triton")
+    assert evaluator.spares.spares == {("cpu", "run"): ["run 0", "run 1"]}
+
+    calls.clear()
+    monkeypatch.setattr(workers, "_has_ray_gpu", lambda: True)
+    _Evaluator("softmax", "full", None, prestart=("bwrap", "triton"))
+    assert calls[0] == ("early", "cuda:0", {"compile": 2, "run": 4}, True)
+
+    calls.clear()
+    monkeypatch.setattr(workers, "_has_ray_gpu", lambda: False)
+    monkeypatch.setattr(workers, "_gpu_node_here", lambda: True)
+    assert _Evaluator("softmax", "full", None, prestart=("bwrap", "triton")).spares is None
+    assert calls == [("probe_early",), ("load",)]
 
 
 def test_each_gpu_count_pass_of_kgen_bench_gets_fresh_caches_outside_its_out_folder(tmp_path, monkeypatch):

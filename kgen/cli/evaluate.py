@@ -58,7 +58,6 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     is False; in bubblewrap unless `sandbox` is False. Returns (problem, EvalResult)."""
     from pathlib import Path
 
-    from kgen.core.records import EvalSettings
     from kgen.judge.static_checks import check_source
 
     path = Path(candidate)
@@ -81,10 +80,25 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
                             eval_s=time.monotonic() - started)
         result.details["breakdown"] = {"startup_s": startup_s, "static_s": round(result.eval_s, 3)}
         return NamedProblem(Path(problem).stem, size or "-"), result
-    if sandbox:  # the sandbox's probe (a sandboxed import torch) runs while torch is imported and the problem loaded
-        from kgen.judge.sandbox import probe_early
+    # the sandboxes this evaluation takes start now (and, as root, the sandbox's probe first), beside torch's
+    # import and the problem's load: on the H100 box the runner's start came 3.1 s after the reference was done
+    from kgen.judge.spares import start_early
 
-        probe_early(device != "cpu" if device is not None else os.path.exists("/dev/nvidiactl"))
+    spares = start_early(verdict.language, device, "bwrap" if sandbox else "none") \
+        if verdict.rejection is None and _problem_file_exists(problem) else None  # else an error line soon
+    try:
+        return _evaluate_loaded(problem, source, spares, device=device, size=size, timeout_s=timeout_s, rtol=rtol,
+                                db=db, baselines=baselines, sandbox=sandbox, startup_s=startup_s, started=started)
+    except BaseException:
+        if spares is not None:  # evaluate_one closes them once it has them
+            spares.close()
+        raise
+
+
+def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
+                     startup_s, started):
+    """evaluate_file once the candidate passed its static checks and its sandboxes are starting."""
+    from kgen.core.records import EvalSettings
     from kgen.judge.evaluate import evaluate_one
     from kgen.judge.gate_clock import judge_clock
     from kgen.problems.problem import load_problem
@@ -125,7 +139,7 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
     load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
     print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:", file=sys.stderr,
           flush=True)
-    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase)
+    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 

@@ -9,8 +9,6 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 PREBUILT_SUFFIX = ".cuda-prebuilt"  # the CPU compile stage's CUDA builds of a source, before its GPU compile step
 
 
@@ -21,6 +19,7 @@ def build_key(source: str, arch: Optional[str], shapes: str = "") -> str:
     arguments are 1 or multiples of 16), so kernels compiled for one size are not those another size
     needs, and the runner may not compile: keyed without the shapes, `--size small` after `--size full`
     of the same source was a runtime_error."""
+    import torch
     import triton
 
     parts = [source, arch or "cpu", torch.__version__, str(torch.version.cuda), triton.__version__]

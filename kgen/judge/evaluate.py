@@ -129,18 +129,9 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
     return result
 
 
-def _processes(language: str, device: str) -> dict[str, int]:
-    """The sandboxed processes one evaluation takes, per kind (see Judge.run): on a GPU a compile step
-    and two runners (the candidate's, and the reference runner that never sees candidate code); on the
-    CPU a runner for a Triton candidate, a compile step for a CUDA one (which is never run there)."""
-    if device != "cpu":
-        return {"compile": 1, "run": 2}
-    return {"compile": 1} if language == "cuda" else {"run": 1}
-
-
 def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
                  baselines: Optional[Callable[..., Optional[tuple]]] = None,
-                 on_phase: Optional[Callable[[str, float], None]] = None) -> EvalResult:
+                 on_phase: Optional[Callable[[str, float], None]] = None, spares: Any = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
     sandboxes this one evaluation takes all start at once (with no spares beyond them), and on a GPU the
@@ -151,7 +142,9 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
     candidate's apart, so only those wait for each other. `details["breakdown"]` holds where the seconds
     went: static_s, baselines_s (beside the judge), baselines_wait_s (after it, waiting for them), close_s
     (stopping the sandboxes left over), then the judge's phases; `on_phase(name, seconds)` hears each of
-    those as it ends (the baselines' when they are in)."""
+    those as it ends (the baselines' when they are in). `spares`: a kgen.judge.spares.SpareRunners (depth 0)
+    whose sandboxes began to start earlier (kgen.judge.spares.start_early); what it lacks is started here, and
+    it is closed here."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -161,17 +154,20 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
         result.eval_s = static_s
         result.details["breakdown"] = {"static_s": static_s}
         return result
-    from kgen.judge.spares import SpareRunners, spare_key
+    from kgen.judge.spares import SpareRunners, processes_per_evaluation, spare_key
 
     device = _check_device(settings.device)
     mode = sandbox_mode(settings)
     check_sandbox(mode)
-    spares = SpareRunners(mode, depth=0)
+    if spares is None or spares.mode is not mode:
+        if spares is not None:
+            spares.close()
+        spares = SpareRunners(mode, depth=0)
     breakdown: dict[str, Any] = {"static_s": static_s}
     timed: dict[str, Any] = {}
     thread = None
     try:
-        spares.prestart(spare_key(device), _processes(verdict.language, device))
+        spares.prestart(spare_key(device), processes_per_evaluation(verdict.language, device))
         if baselines is not None and device != "cpu":
             def time_them() -> None:
                 mark = time.monotonic()

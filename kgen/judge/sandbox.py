@@ -25,6 +25,7 @@ environment allow-list and pipes: every result it produces records that it was n
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import resource
@@ -322,17 +323,56 @@ def _run_as_nobody(gpu: bool) -> bool:
 @functools.lru_cache(maxsize=2)
 def _probe_as_nobody(gpu: bool) -> bool:
     """Whether bubblewrap can itself run as uid 65534 here (kgen runs as root, and the Python
-    installation and packages are readable by nobody): a probe, once per process."""
+    installation and packages are readable by nobody): a probe, once per process, and a yes kept in kgen's
+    cache (probe_record) for the next process on this installation."""
     if os.geteuid() != 0:
         return False
+    record = probe_record(gpu)
+    if record is not None and record.is_file():
+        return True
     spec = SandboxSpec(gpu=gpu)
     try:
         argv = bwrap_command([sys.executable, "-c", "import torch"], spec, None, "/tmp")
         done = subprocess.run(argv, capture_output=True, timeout=120, user=SANDBOX_UID, group=SANDBOX_UID,
                               extra_groups=[], cwd="/", env=sandbox_env(spec, SandboxMode.BWRAP, "/tmp"))
-        return done.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+    if done.returncode == 0 and record is not None:
+        with contextlib.suppress(OSError):  # a cache that takes no writes: every process probes, as before
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text("uid 65534 imported torch in the sandbox\n")
+    return done.returncode == 0
+
+
+def probe_record(gpu: bool) -> Optional[Path]:
+    """Where a yes of the probe is kept: a file named for what the probe's answer depends on (our uid, the
+    interpreter, bubblewrap, the owner and mode of every directory the sandbox binds for Python and kgen and of
+    their parents, and of torch's libraries with their change times): a chmod or chown of any of them, torch
+    reinstalled or another Python asks again. The sandboxed `import torch` took seconds on the H100 box, and every `kgen
+    eval` and every evaluator paid it before its first sandbox could start. Only a yes is kept, so a stale one
+    can only make a sandbox fail to start as nobody (a harness_error), never run it as anyone but nobody.
+    None where it cannot be worked out."""
+    import hashlib
+
+    from kgen.core.resources import cache_dir
+
+    try:
+        roots = [*python_paths(), kgen_package_dir()]
+        torch_dir = _module_root("torch")
+        torch_libs = torch_dir / "torch" / "lib" if torch_dir is not None else None
+        if torch_libs is not None:
+            roots.append(torch_libs)
+        paths = {q for p in roots for q in (p, *p.parents)}
+        libs = set(torch_libs.iterdir()) if torch_libs is not None and torch_libs.is_dir() else set()
+        facts = [str(os.geteuid()), sys.executable, str(bwrap_path()), str(gpu)]
+        for path in sorted(paths | libs):
+            st = path.stat()  # a directory's change time moves with every file made in it: torch's libraries' only
+            changed = f":{st.st_ctime_ns}" if path in libs else ""
+            facts.append(f"{path}:{st.st_uid}:{st.st_gid}:{st.st_mode}{changed}")
+    except OSError:
+        return None
+    key = hashlib.sha256("\n".join(facts).encode()).hexdigest()[:32]
+    return cache_dir() / "sandbox-probe" / f"nobody-{key}"
 
 
 def _limits(memory_limit_bytes: Optional[int]):

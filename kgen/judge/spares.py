@@ -1,7 +1,8 @@
 """The sandboxed processes an evaluation runs in: `start_process` starts `python -m kgen.harness.runner` in the
 sandbox (kgen.judge.sandbox) with our end of its channel (a RunnerSlot), and SpareRunners keeps some started
 ahead, per device and kind, so that importing torch in the sandbox (5-8 s on the H100 box) overlaps the
-evaluations before.
+evaluations before. Importing this module imports no torch: `kgen eval` starts its sandboxes before its own
+torch import (SpareRunners.prestart_in_background).
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ import contextlib
 import secrets
 import shutil
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Optional
-
-import torch
 
 from kgen.harness.protocol import Channel
 from kgen.judge.builds import builds_root
@@ -76,6 +76,8 @@ def start_process(device: str, mode: SandboxMode, kind: str = "run", wrapper: tu
 def spare_key(device: str) -> str:
     """The device as the judge names it when it takes a spare (Judge.take: cuda:N, or cpu), for code that
     starts spares before the judge runs."""
+    import torch
+
     target = torch.device(device)
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", torch.cuda.current_device())
@@ -102,8 +104,18 @@ class SpareRunners:
         self.mode = mode
         self.depth = depth
         self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
+        # prestart_in_background's thread: it outlives the processes it started, which bubblewrap's
+        # --die-with-parent (PR_SET_PDEATHSIG, a thread's) kills when the thread that started them ends
+        self._starter: Optional[threading.Thread] = None
+        self._started, self._release = threading.Event(), threading.Event()
+
+    def _settled(self) -> None:
+        """Wait for prestart_in_background's starts: the queues are this thread's alone from then on."""
+        if self._starter is not None:
+            self._started.wait()
 
     def take(self, device: str, kind: str = "run") -> RunnerSlot:
+        self._settled()
         queue = self.spares.setdefault((device, kind), [])
         slot = None
         while queue and slot is None:
@@ -124,6 +136,10 @@ class SpareRunners:
         """Start now, all at once, the processes of each kind one evaluation will take (`counts`): with
         `depth` 0, what a single `kgen eval` needs, so its sandboxes import torch side by side, while
         the baselines compile and the reference runs, instead of one after another."""
+        self._settled()
+        self._prestart(device, counts)
+
+    def _prestart(self, device: str, counts: dict[str, int]) -> None:
         for kind, count in counts.items():
             queue = self.spares.setdefault((device, kind), [])
             while len(queue) < count:
@@ -132,8 +148,34 @@ class SpareRunners:
                 except HarnessFault:  # take() starts it then, and reports why it could not
                     break
 
+    def prestart_in_background(self, device: str, counts: dict[str, int], warm: bool = False) -> None:
+        """`prestart` (then, with `warm`, `warm`) in a thread, returning at once: `kgen eval` calls it before it
+        imports torch and loads the problem, so its sandboxes import torch beside it (and the first start, as
+        root, waits for the sandbox probe: kgen.judge.sandbox._run_as_nobody) rather than after it (on the H100
+        box `kgen eval`'s runner_start_s was 3.1 s, its load 4.7 s). Every other method waits for the thread.
+        A start that fails here is started again, and its failure reported, by `take`."""
+        if self._starter is not None:
+            raise RuntimeError("prestart_in_background is called once per SpareRunners")
+
+        def start() -> None:
+            try:
+                with contextlib.suppress(Exception):  # take() starts what is missing, and says why it cannot
+                    self._prestart(device, counts)
+                    if warm:
+                        self._warm()
+            finally:
+                self._started.set()
+            self._release.wait()  # until close(): the processes it started die with this thread
+
+        self._starter = threading.Thread(target=start, daemon=True, name="kgen-spares-start")
+        self._starter.start()
+
     def warm(self) -> None:
         """Let the waiting spares make their CUDA contexts now (no candidate is being timed)."""
+        self._settled()
+        self._warm()
+
+    def _warm(self) -> None:
         for queue in self.spares.values():
             for slot in queue:
                 if not slot.warm_sent and slot.process.alive():
@@ -148,6 +190,7 @@ class SpareRunners:
         """The spares stopped for the duration (a candidate's timing): one importing torch or making its
         CUDA context competes with the timed runs for the CPU that launches their kernels (on the H100 box,
         with four spares starting, every candidate's median came out 3-14% slower)."""
+        self._settled()
         held = [slot for queue in self.spares.values() for slot in queue if slot.process.alive()]
         for slot in held:
             slot.process.pause(True)
@@ -158,7 +201,47 @@ class SpareRunners:
                 slot.process.pause(False)
 
     def close(self) -> None:
+        """Stop the spares not taken (a taken one is its judge's to close, before this)."""
+        self._settled()
         for queue in self.spares.values():
             for slot in queue:
                 slot.close()
         self.spares.clear()
+        if self._starter is not None:
+            self._release.set()
+            self._starter.join()
+            self._starter = None
+
+
+def processes_per_evaluation(language: str, device: str) -> dict[str, int]:
+    """The sandboxed processes one evaluation takes, per kind (see Judge.run): on a GPU a compile step
+    and two runners (the candidate's, and the reference runner that never sees candidate code); on the
+    CPU a runner for a Triton candidate, a compile step for a CUDA one (which is never run there)."""
+    if device != "cpu":
+        return {"compile": 1, "run": 2}
+    return {"compile": 1} if language == "cuda" else {"run": 1}
+
+
+def start_early(language: str, device: Optional[str], sandbox: str) -> Optional[SpareRunners]:
+    """The sandboxes one `kgen eval` of a `language` candidate (past its static checks) takes, started now in a
+    thread (SpareRunners.prestart_in_background), before torch is imported and the problem loaded: the
+    SpareRunners for kgen.judge.evaluate.evaluate_one, or None for input evaluate_one rejects. The device is
+    guessed without torch ("cuda:0" where a GPU's device node exists, as torch's current device is in a fresh
+    process): sandboxes of a wrong guess are never taken (evaluate_one starts the right ones) and are closed."""
+    import os
+
+    try:
+        mode = SandboxMode(sandbox)
+    except ValueError:
+        return None
+    if device is None:
+        gpu = os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES", "0") not in ("", "-1")
+        device = "cuda:0" if gpu else "cpu"
+    elif device == "cuda":
+        device = "cuda:0"
+    elif not (device == "cpu" or device.startswith("cuda:")):
+        return None
+    spares = SpareRunners(mode, depth=0)
+    spares.prestart_in_background(device, processes_per_evaluation(language, device), warm=device != "cpu")
+    return spares
+

@@ -7,11 +7,12 @@ Whatever a runner sends is read through `_text` and `_number`: data about the ca
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import torch
+if TYPE_CHECKING:  # annotations only: kgen.judge.spares starts sandboxes before torch is imported (kgen eval)
+    import torch
 
-from kgen.judge import verify
+    from kgen.judge import verify
 
 MESSAGE_CHARS = 4000
 

@@ -248,12 +248,17 @@ class Search:
         a fresh cache its GPU's ceilings, CUDA-event times of kernels queued back to back), then the problem's
         roofline once (its first meta run imports torch's decompositions, 0.8 s on an idle CPU and 1.9 s beside
         Ray's start here, on the way to the first round's proposals). One thread, so the two never import
-        torch's parts at once. Where the cluster is joined `run` asks as before."""
+        torch's parts at once. Where the cluster is joined `run` asks as before. Beside them, the sandbox's probe
+        (kgen.judge.sandbox.probe_early, as root: a sandboxed `import torch`), whose yes this machine's
+        evaluators then read from kgen's cache instead of each probing before its first sandbox can start."""
         import torch
 
         from kgen.judge.evaluator_facts import this_machine
+        from kgen.judge.sandbox import probe_early
         from kgen.problems.roofline import compute_roofline
 
+        if self.config.sandbox == "bwrap":
+            probe_early(torch.cuda.is_available())
         facts: Optional[Future] = Future() if torch.cuda.is_available() else None
 
         def prepare() -> None:
@@ -339,7 +344,8 @@ class Search:
         facts = self._machine_facts() if device is not None else None
         if facts is not None:
             self._since_start("machine_facts_s")
-        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash)
+        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash,
+                        prestart=(self.config.sandbox, self.config.language))
         stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
         if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
             settings, baselines = self._settings(device.name)  # first round is proposed and compiled meanwhile

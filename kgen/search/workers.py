@@ -152,18 +152,29 @@ def _has_ray_gpu() -> bool:
         return False
 
 
+def _gpu_node_here() -> bool:
+    """Whether this machine has an NVIDIA GPU's device node (asked without importing torch)."""
+    import os
+
+    return os.path.exists("/dev/nvidiactl")
+
+
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
-    def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str]):
+    def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str],
+                 prestart: Optional[tuple[str, str]] = None):
+        """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing."""
         from kgen.judge.sandbox import probe_early
 
+        # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
+        self.spares = None
+        if prestart is not None:
+            self._start_early(*prestart)
         probe_early(_has_ray_gpu())  # while this process imports torch and loads the problem, before prestart
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
-        # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
-        self.spares = None
         from kgen.judge.heartbeat import Heartbeat
 
         self.heartbeat = Heartbeat()  # what the judge is doing now: `progress` answers the driver's watchdog from it
@@ -221,11 +232,33 @@ class _Evaluator:
         if self.spares is None or self.spares.mode is not mode:
             self.spares = SpareRunners(mode)
         device = self._judge_device()
-        counts = self.PRESTART if device != "cpu" else {"run": 2}
-        kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
-        self.spares.prestart(device, {kind: counts.get(kind, 2) for kind in kinds})
+        self.spares.prestart(device, self._prestart_counts(device, language))  # what _start_early has not started
         if device != "cpu":
             self.spares.warm()
+
+    def _prestart_counts(self, device: str, language: str) -> dict[str, int]:
+        counts = self.PRESTART if device != "cpu" else {"run": 2}
+        kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
+        return {kind: counts.get(kind, 2) for kind in kinds}
+
+    def _start_early(self, sandbox: str, language: str) -> None:
+        """prestart's sandboxes started in a thread as this process starts, before it imports torch and loads
+        the problem (4.7 s of the H100 box's 13.4 s to its first answer, issue 26), so theirs and its imports run
+        side by side; prestart then starts only what is missing. The device is known without torch only where
+        Ray gave this worker its GPU (cuda:0 is then that GPU) or the machine has none; elsewhere (a kgen_gpu
+        evaluator on a machine with GPUs) prestart starts them, as before."""
+        from kgen.judge.sandbox import SandboxMode
+        from kgen.judge.spares import SpareRunners
+
+        device = "cuda:0" if _has_ray_gpu() else "cpu" if not _gpu_node_here() else None
+        try:
+            mode = SandboxMode(sandbox)
+        except ValueError:
+            return
+        if device is None:
+            return
+        self.spares = SpareRunners(mode)
+        self.spares.prestart_in_background(device, self._prestart_counts(device, language), warm=device != "cpu")
 
     def warm_up(self, sandbox: str, language: str) -> Optional[float]:
         """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
@@ -359,7 +392,10 @@ class Stages:
     compile_function = staticmethod(_compile)
     evaluator_class = _Evaluator
 
-    def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None):
+    def __init__(self, cluster: Cluster, problem_path: Optional[str], size: str, source_hash: Optional[str] = None,
+                 prestart: Optional[tuple[str, str]] = None):
+        """`prestart`: (sandbox, language): each evaluator starts its first sandboxes as its process starts
+        (_Evaluator._start_early), not after its imports; the `prestart` method starts what is still missing."""
         import ray
 
         from kgen.search.cluster import Reservation
@@ -382,6 +418,8 @@ class Stages:
                                        concurrency_groups={"baselines": self.baselines_at_once, "progress": 1},
                                        )(self.evaluator_class)
         self._actor_options = placement.actor_options
+        self._early = {"prestart": prestart} if prestart is not None and hasattr(self.evaluator_class, "prestart") \
+            else {}
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
@@ -428,7 +466,7 @@ class Stages:
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
-        return self._actor_class.options(**options).remote(*self.problem)
+        return self._actor_class.options(**options).remote(*self.problem, **self._early)
 
     @property
     def evaluator_count(self) -> int:
