@@ -24,10 +24,10 @@ echo "$(grep -c . "$OUT/gate_starters.jsonl") entries" | tee "$OUT/gate_starters
 if [ -n "$resume" ] && [ -f "$resume" ]; then
   cp "$resume" "$db"
   run_id=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select max(id) from runs\").fetchone()[0])" "$db")
-  cmd=(python3 -m kgen eval --resume "$run_id" --no-baselines --db "$db")
+  cmd=(python3 -m kgen eval --resume "$run_id" --db "$db")
 else
   rm -f "$db"*
-  cmd=(python3 -m kgen eval "$OUT/gate_starters.jsonl" --no-baselines --db "$db")
+  cmd=(python3 -m kgen eval "$OUT/gate_starters.jsonl" --db "$db")
 fi
 timeout -s INT "$(( $(left) - 40 ))" "${cmd[@]}" 2>&1 | quiet_ray | tail -40 | tee -a "$OUT/gate_starters-summary.txt"
 python3 - "$db" <<'PY' | tee -a "$OUT/gate_starters-summary.txt"
