@@ -9,7 +9,8 @@
     spares.py         the sandboxed processes, and the spares started ahead of the candidates that take them
     audit.py          who did the work: the ablation (ablation.py), torch's share, the GPU kernels' share
     timing.py         the timing protocol: the judge's Stopwatch and its clock check
-    gate_clock.py     KGEN_JUDGE_CLOCK=gate: the gate only the judge opens, and its host-side clock of each run
+    gate_clock.py     the default judge clock (KGEN_JUDGE_CLOCK=events: the old one): the gate only the judge
+                      opens, and its host-side clock of each run
     verify.py         outputs against float64 references, at the tolerance torch itself can meet
     sandbox.py        bubblewrap, seccomp, uid, limits: how every process that runs candidate code starts
     kernel_profile.py, ncu_profile.py, telemetry.py   what the kernels did on the GPU, and the GPU's state

@@ -1,4 +1,5 @@
-"""The judge's side of the gate clock (KGEN_JUDGE_CLOCK=gate, issue 28; the runner's side is kgen.harness.gate).
+"""The judge's side of the gate clock (the default; KGEN_JUDGE_CLOCK=events turns it off; issue 28; the
+runner's side is kgen.harness.gate).
 
 Per timed run the runner's stream waits on a gate word only the judge can write. The judge opens it at T_go
 on its own clock: when the runner says forward returned (all its launches are queued behind the gate), or
