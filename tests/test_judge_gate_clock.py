@@ -268,12 +268,20 @@ def test_the_job_carries_the_runners_gate_word():
 
 # -- one gated run against a runner on a real socket -------------------------------------------------------
 
+_SET = threading.Event()
+_SET.set()
+
+
 class FakeRunner:
-    """The runner's part, in a thread: waits for the request, 'enqueues' the forward behind the gate (its
-    GPU: a thread that waits until the gate word reaches the run's value, writes the started word, works
-    `gpu_s`, writes the end word), says `returned` (before the gate opens, or, where its forward synchronizes
-    inside, only after), after `host_s` of forward's host time. `waits=False`: a stream that does not wait
-    for the gate; `started_word=False`: a runner that writes none (the gate kernel's fallback)."""
+    """The runner's part, in a forked process of its own (as a runner is: threads of the judge's process
+    starved behind its poll on a loaded 2-core host, seeing the gate hundreds of ms late): waits for the
+    request, 'enqueues' the forward behind the gate (its GPU: a thread that waits until the gate word reaches
+    the run's value, writes the started word, works `gpu_s`, writes the end word), says `returned` (before the
+    gate opens, or, where its forward synchronizes inside, only after), after `host_s` of forward's host time.
+    `waits=False`: a stream that does not wait for the gate; `started_word=False`: a runner that writes none
+    (the gate kernel's fallback). What the judge's side reads of it is in the two shared pages."""
+
+    SEEN_AT = 512  # byte offset in the end page where the fake GPU stamps when it saw the gate open
 
     def __init__(self, page: GatePage, index: int, gpu_s: float, syncs_inside: bool = False, fails: bool = False,
                  host_s: float = 0.0, waits: bool = True, started_word: bool = True):
@@ -284,9 +292,24 @@ class FakeRunner:
         self.waits, self.started_word = waits, started_word
         self.end = GatePage(sealed=False)  # this runner's own end page
         self.end_address = map_read_only(self.end.fd, writable=True)
-        self.done = threading.Event()
-        self.gate_seen_at = None
-        threading.Thread(target=self.serve, daemon=True).start()
+        self.value = None
+        pid = os.fork()
+        if pid == 0:  # the runner: touches only its socket and the two shared pages, then leaves without cleanup
+            try:
+                self.serve()
+            finally:
+                os._exit(0)
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+
+    @property
+    def gate_seen_at(self):
+        seen = ctypes.c_double.from_address(self.end_address + self.SEEN_AT).value
+        return seen or None
+
+    @property
+    def done(self):
+        ended = self.value is not None and self.end.read(END_WORD) >= self.value
+        return threading.Event() if not ended else _SET
 
     def write(self, word: int, value: int) -> None:
         ctypes.c_uint32.from_address(self.end_address + WORD_BYTES * word).value = value
@@ -294,12 +317,11 @@ class FakeRunner:
     def gpu(self, value: int) -> None:
         while self.waits and read_word(self.address, self.index) < value:
             time.sleep(1e-5)
-        self.gate_seen_at = time.perf_counter()
+        ctypes.c_double.from_address(self.end_address + self.SEEN_AT).value = time.perf_counter()
         if self.started_word:
             self.write(STARTED_WORD, value)
         time.sleep(self.gpu_s)
         self.write(END_WORD, value)
-        self.done.set()
 
     def serve(self) -> None:
         request = self.runner.receive(timeout_s=5)
@@ -307,16 +329,17 @@ class FakeRunner:
         stream.start()
         if self.fails:
             self.runner.send({"type": "failed", "outcome": "runtime_error", "message": "boom"})
-            return
-        if self.syncs_inside:  # forward waits for its own GPU work, which waits for the gate
-            while self.gate_seen_at is None:
-                time.sleep(1e-5)
-        time.sleep(self.host_s)  # forward's host time: its launches, queued behind the gate
-        self.runner.send({"type": "returned"})
+        else:
+            if self.syncs_inside:  # forward waits for its own GPU work, which waits for the gate
+                while self.gate_seen_at is None:
+                    time.sleep(1e-5)
+            time.sleep(self.host_s)  # forward's host time: its launches, queued behind the gate
+            self.runner.send({"type": "returned"})
+        stream.join(10)  # the process ends with its GPU's work
 
     def run(self, page: GatePage, shadow_s: float = 0.02, read_s: float = 0.0) -> tuple[GatedRun, float]:
         """`read_s`: what reading a message costs the judge (parsing it, on a loaded host)."""
-        value = page.next_value(self.index)
+        value = self.value = page.next_value(self.index)
         asked = time.perf_counter()
         self.channel.send({"type": "timed", "gate": value})
 
@@ -369,14 +392,13 @@ def test_a_shadow_runs_end_is_timed_when_it_shows_not_when_returned_is_read(page
 
 
 def test_a_shadow_runs_end_that_lands_while_returned_would_be_read_is_timed_when_it_lands(page):
-    """The gate opens on the shadow (20 ms), forward returns at 30 ms, the GPU ends at 35 ms, and reading the
-    message costs 200 ms: the poll goes on alone once `returned` is there, so the judge's time is the GPU's
-    15 ms (plus this host's thread switches), not ~200 (on the H100 an honest forward of 20 small launches
-    read 29 us long that way)."""
-    runner = FakeRunner(page, 0, gpu_s=0.015, host_s=0.03)
-    gated, _ = runner.run(page, shadow_s=0.02, read_s=0.2)
+    """The gate opens on the shadow (20 ms), forward returns at 30 ms, the GPU ends 40 ms after the gate, and
+    reading the message costs 300 ms: the poll goes on alone once `returned` is there, so the judge's time is
+    the GPU's 40 ms, not ~300 (on the H100 an honest forward of 20 small launches read 29 us long that way)."""
+    runner = FakeRunner(page, 0, gpu_s=0.04, host_s=0.03)
+    gated, _ = runner.run(page, shadow_s=0.02, read_s=0.3)
     assert gated.opened_by == "shadow" and gated.held is True
-    assert 15 <= gated.judge_ms < 120, gated
+    assert 40 <= gated.judge_ms < 150, gated
 
 
 def test_the_gate_opens_even_when_the_runner_fails(page):
