@@ -268,9 +268,6 @@ def test_the_job_carries_the_runners_gate_word():
 
 # -- one gated run against a runner on a real socket -------------------------------------------------------
 
-_SET = threading.Event()
-_SET.set()
-
 
 class FakeRunner:
     """The runner's part, in a forked process of its own (as a runner is: threads of the judge's process
@@ -307,9 +304,9 @@ class FakeRunner:
         return seen or None
 
     @property
-    def done(self):
-        ended = self.value is not None and self.end.read(END_WORD) >= self.value
-        return threading.Event() if not ended else _SET
+    def ended(self) -> bool:
+        """Whether its GPU wrote the end word of the run asked last."""
+        return self.value is not None and self.end.read(END_WORD) >= self.value
 
     def write(self, word: int, value: int) -> None:
         ctypes.c_uint32.from_address(self.end_address + WORD_BYTES * word).value = value
@@ -369,7 +366,7 @@ def test_the_gate_opens_when_forward_returns_and_the_judge_times_the_gpu_from_th
     gated, asked = runner.run(page, shadow_s=5.0)
     assert gated.opened_by == "return" and gated.held and gated.pending_at_first_poll
     assert 20 <= gated.judge_ms < 300 and runner.gate_seen_at - asked >= 0.3
-    assert runner.done.is_set() and runner.end.read(STARTED_WORD) == runner.end.read(END_WORD) == 1
+    assert runner.ended and runner.end.read(STARTED_WORD) == runner.end.read(END_WORD) == 1
 
 
 def test_a_forward_that_synchronizes_inside_gets_the_gate_after_the_shadow_and_is_held(page):
@@ -378,7 +375,7 @@ def test_a_forward_that_synchronizes_inside_gets_the_gate_after_the_shadow_and_i
     gated, asked = runner.run(page, shadow_s=0.02)
     assert gated.opened_by == "shadow" and gated.held is True
     assert runner.gate_seen_at - asked >= 0.02
-    assert runner.done.is_set()
+    assert runner.ended
 
 
 def test_a_shadow_runs_end_is_timed_when_it_shows_not_when_returned_is_read(page):

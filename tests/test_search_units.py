@@ -261,7 +261,7 @@ def test_an_evaluator_starts_its_first_sandboxes_before_its_own_imports_and_pres
             {(device, kind): [f"{kind} {i}" for i in range(n)] for kind, n in counts.items()}))[0])
     monkeypatch.setattr(spares, "start_process", lambda *a, **k: pytest.fail("started again"))
     monkeypatch.setattr(spares.SpareRunners, "warm", lambda self: calls.append(("warm",)))
-    monkeypatch.setattr(workers, "_gpu_node_here", lambda: False)
+    monkeypatch.setattr(spares, "gpu_node_here", lambda: False)
 
     evaluator = _Evaluator("softmax", "small", None, prestart=("bwrap", "triton"))
     assert calls == [("early", "cpu", {"run": 2}, False), ("probe_early",), ("load",)]
@@ -276,7 +276,7 @@ def test_an_evaluator_starts_its_first_sandboxes_before_its_own_imports_and_pres
 
     calls.clear()
     monkeypatch.setattr(workers, "_has_ray_gpu", lambda: False)
-    monkeypatch.setattr(workers, "_gpu_node_here", lambda: True)
+    monkeypatch.setattr(spares, "gpu_node_here", lambda: True)
     assert _Evaluator("softmax", "full", None, prestart=("bwrap", "triton")).spares is None
     assert calls == [("probe_early",), ("load",)]
 

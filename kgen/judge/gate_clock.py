@@ -148,10 +148,10 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
     while not done and time.perf_counter() < deadline:
         now = time.perf_counter()
         if not returned and now >= look_at:
-            # `returned` is there: forward's launches are all queued and the end is near. Reading the message
-            # (tens of us) while the end lands would time the end late, an honest run looking shaved (the
-            # H100's honest 20-launch forward at 50 us: +29 us), so the poll goes on alone and reads it only
-            # once the end has shown or GATE_AFTER_RETURN_S has passed (a runner's failure: no end will come).
+            # Once `returned` is there, forward's launches are all queued and the end is near. Reading the
+            # message (tens of us) while the end lands would time the end late, an honest run looking shaved
+            # (the H100's honest 20-launch forward at 50 us: +29 us), so the poll goes on alone and reads it
+            # only once the end has shown or GATE_AFTER_RETURN_S has passed (a runner's failure: no end comes).
             if waiting_since is None and returned_soon(0.0):
                 waiting_since = now
             if waiting_since is not None and now - waiting_since >= GATE_AFTER_RETURN_S:

@@ -222,26 +222,40 @@ def processes_per_evaluation(language: str, device: str) -> dict[str, int]:
     return {"compile": 1} if language == "cuda" else {"run": 1}
 
 
-def start_early(language: str, device: Optional[str], sandbox: str) -> Optional[SpareRunners]:
-    """The sandboxes one `kgen eval` of a `language` candidate (past its static checks) takes, started now in a
-    thread (SpareRunners.prestart_in_background), before torch is imported and the problem loaded: the
-    SpareRunners for kgen.judge.evaluate.evaluate_one, or None for input evaluate_one rejects. The device is
-    guessed without torch ("cuda:0" where a GPU's device node exists, as torch's current device is in a fresh
-    process): sandboxes of a wrong guess are never taken (evaluate_one starts the right ones) and are closed."""
+def gpu_node_here() -> bool:
+    """Whether this machine has an NVIDIA GPU's device node (asked without importing torch)."""
     import os
 
+    return os.path.exists("/dev/nvidiactl")
+
+
+def start_in_background(sandbox: str, device: str, counts: dict[str, int],
+                        depth: Optional[int] = None) -> Optional[SpareRunners]:
+    """A SpareRunners of sandbox mode `sandbox` (its name) whose `counts` processes for `device` start now in a
+    thread (SpareRunners.prestart_in_background; on a GPU they then make their CUDA contexts), or None for a
+    sandbox name that is not one: the caller's own checks say why."""
     try:
         mode = SandboxMode(sandbox)
     except ValueError:
         return None
+    spares = SpareRunners(mode, depth=depth)
+    spares.prestart_in_background(device, counts, warm=device != "cpu")
+    return spares
+
+
+def start_early(language: str, device: Optional[str], sandbox: str) -> Optional[SpareRunners]:
+    """The sandboxes one `kgen eval` of a `language` candidate (past its static checks) takes, started now in a
+    thread (start_in_background), before torch is imported and the problem loaded: the SpareRunners for
+    kgen.judge.evaluate.evaluate_one, or None for input evaluate_one rejects. The device is guessed without
+    torch ("cuda:0" where a GPU's device node exists, as torch's current device is in a fresh process):
+    sandboxes of a wrong guess are never taken (evaluate_one starts the right ones) and are closed."""
+    import os
+
     if device is None:
-        gpu = os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES", "0") not in ("", "-1")
+        gpu = gpu_node_here() and os.environ.get("CUDA_VISIBLE_DEVICES", "0") not in ("", "-1")
         device = "cuda:0" if gpu else "cpu"
     elif device == "cuda":
         device = "cuda:0"
     elif not (device == "cpu" or device.startswith("cuda:")):
         return None
-    spares = SpareRunners(mode, depth=0)
-    spares.prestart_in_background(device, processes_per_evaluation(language, device), warm=device != "cpu")
-    return spares
-
+    return start_in_background(sandbox, device, processes_per_evaluation(language, device), depth=0)

@@ -369,6 +369,8 @@ class Stopwatch:
              "runs before the candidate was loaded")
         lags = [g.reply_lag_ms for g, _ in runs if g.held and g.reply_lag_ms is not None]
         null_lags = [g.reply_lag_ms for g, _ in null_runs if g.held and g.reply_lag_ms is not None]
+        lag = statistics.median(lags) if lags else None
+        null_lag = statistics.median(null_lags) if null_lags else None
         report.update(runs=len(runs), held_runs=len(held), timed_runs=timed_runs,
                       shadow_runs=sum(g.opened_by == "shadow" for g, _ in runs),
                       shadow_held_runs=sum(g.opened_by == "shadow" and bool(g.held) for g, _ in runs),
@@ -376,11 +378,10 @@ class Stopwatch:
                       unknown_runs=sum(g.held is None for g, _ in runs),
                       pending_runs=sum(g.pending_at_first_poll for g, _ in runs), null_runs=len(nulls),
                       null_from=null_from,
-                      reply_lag_median_ms=round(statistics.median(lags), 5) if lags else None,
-                      null_reply_lag_median_ms=round(statistics.median(null_lags), 5) if null_lags else None,
+                      reply_lag_median_ms=None if lag is None else round(lag, 5),
+                      null_reply_lag_median_ms=None if null_lag is None else round(null_lag, 5),
                       # advisory (kgen.judge.gate_clock: an end word written early shows here), not a check yet
-                      reply_lag_gap_ms=round(statistics.median(lags) - statistics.median(null_lags), 5)
-                      if lags and null_lags else None,
+                      reply_lag_gap_ms=round(lag - null_lag, 5) if lags and null_lags else None,
                       reply_lag_noise_ms=round(math.hypot(_median_standard_error(lags),
                                                           _median_standard_error(null_lags)), 6)
                       if lags and null_lags else None,

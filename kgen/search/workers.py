@@ -152,13 +152,6 @@ def _has_ray_gpu() -> bool:
         return False
 
 
-def _gpu_node_here() -> bool:
-    """Whether this machine has an NVIDIA GPU's device node (asked without importing torch)."""
-    import os
-
-    return os.path.exists("/dev/nvidiactl")
-
-
 class _Evaluator:
     """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
 
@@ -247,18 +240,11 @@ class _Evaluator:
         side by side; prestart then starts only what is missing. The device is known without torch only where
         Ray gave this worker its GPU (cuda:0 is then that GPU) or the machine has none; elsewhere (a kgen_gpu
         evaluator on a machine with GPUs) prestart starts them, as before."""
-        from kgen.judge.sandbox import SandboxMode
-        from kgen.judge.spares import SpareRunners
+        from kgen.judge import spares
 
-        device = "cuda:0" if _has_ray_gpu() else "cpu" if not _gpu_node_here() else None
-        try:
-            mode = SandboxMode(sandbox)
-        except ValueError:
-            return
-        if device is None:
-            return
-        self.spares = SpareRunners(mode)
-        self.spares.prestart_in_background(device, self._prestart_counts(device, language), warm=device != "cpu")
+        device = "cuda:0" if _has_ray_gpu() else "cpu" if not spares.gpu_node_here() else None
+        if device is not None:
+            self.spares = spares.start_in_background(sandbox, device, self._prestart_counts(device, language))
 
     def warm_up(self, sandbox: str, language: str) -> Optional[float]:
         """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
