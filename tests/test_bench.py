@@ -2,6 +2,7 @@
 file; the GPU intervals are written as a GPU search would write them, since no GPU runs here), and
 the command end to end on the CPU (real Ray, offline proposer, Triton's interpreter)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -120,7 +121,16 @@ def test_scaling_compares_evaluations_per_hour_of_evaluation_span():
     assert (two.gpus, two.per_hour) == (2, pytest.approx(40 / 110 * 3600))
     assert two.per_hour_wall == pytest.approx(40 / 156 * 3600)
     assert two.vs_first == pytest.approx(200 / 110)
-    assert "| 2 | 40 | 110 | 156 | 1309 | 923 | 1.82x |" in markdown([], [], "## test", [one, two])
+    assert two.vs_first_wall == pytest.approx(250 / 156)  # issue 27's goal is by wall: shown beside span's
+    assert "| 2 | 40 | 110 | 156 | 1309 | 923 | 1.82x | 1.60x |" in markdown([], [], "## test", [one, two])
+
+
+def test_a_two_pass_report_says_which_pass_each_problem_row_is():
+    # the quality and breakdown tables hold one row per problem per pass: unlabelled, two "matmul" rows
+    passes = {1: [dataclasses.replace(_pass(24, 120.0, 150.0), run_id=1, gpus=1)],
+              2: [dataclasses.replace(_pass(24, 66.0, 96.0), run_id=2, gpus=2)]}
+    text = markdown([], [t for rows in passes.values() for t in rows], "## test", scaling_rows(passes))
+    assert "(1 GPU) |" in text and "(2 GPU) |" in text
 
 
 @pytest.mark.parametrize("args, message", [

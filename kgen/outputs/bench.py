@@ -26,6 +26,7 @@ the seconds went, show where the time goes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -308,6 +309,7 @@ class ScalingRow:
     per_hour: float
     per_hour_wall: float
     vs_first: Optional[float] = None  # per_hour / the first count's per_hour
+    vs_first_wall: Optional[float] = None  # per_hour_wall / the first count's (what a user waits for)
 
 
 def scaling_rows(passes: dict[int, list[ThroughputRow]]) -> list[ScalingRow]:
@@ -322,6 +324,7 @@ def scaling_rows(passes: dict[int, list[ThroughputRow]]) -> list[ScalingRow]:
                                per_hour_wall=evaluated / wall * 3600 if wall else 0.0))
     for row in rows:
         row.vs_first = _ratio(row.per_hour, rows[0].per_hour) if rows else None
+        row.vs_first_wall = _ratio(row.per_hour_wall, rows[0].per_hour_wall) if rows else None
     return rows
 
 
@@ -372,8 +375,8 @@ THROUGHPUT_HEADER = ("| problem | run | GPUs | evaluated | correct | wall s | ev
 GPU_USE_HEADER = ("| pass GPUs | GPU | evaluations | span s | busy | of which timing | reference | judge's compile "
                   "| idle: other GPU busy (round end) | idle: compiling on CPUs | idle: nothing to do (proposer, "
                   "baselines, start) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-SCALING_HEADER = ("| GPUs | evaluated | evaluation span s | wall s | per hour (span) | per hour (wall) | vs first |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- |")
+SCALING_HEADER = ("| GPUs | evaluated | evaluation span s | wall s | per hour (span) | per hour (wall) "
+                  "| vs first (span) | vs first (wall) |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
 def quality_line(q: QualityRow) -> str:
@@ -401,13 +404,19 @@ def gpu_use_line(g: GpuUseRow) -> str:
 
 def scaling_line(s: ScalingRow) -> str:
     return (f"| {s.gpus} | {s.evaluated} | {s.eval_span_s:.0f} | {s.wall_s:.0f} | {s.per_hour:.0f} | "
-            f"{s.per_hour_wall:.0f} | {_f(s.vs_first, '{:.2f}x')} |")
+            f"{s.per_hour_wall:.0f} | {_f(s.vs_first, '{:.2f}x')} | {_f(s.vs_first_wall, '{:.2f}x')} |")
 
 
 def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header: str,
              scaling: Sequence[ScalingRow] = (), gpu_use: Sequence[GpuUseRow] = ()) -> str:
+    if len(scaling) > 1:  # one row per problem and pass: say which pass (GPU count) each row is
+        gpus_of_run = {t.run_id: t.gpus for t in throughput}
+        quality = [dataclasses.replace(q, problem=f"{q.problem} ({gpus_of_run.get(q.run_id, '?')} GPU)") for q in quality]
+        throughput_labelled = [dataclasses.replace(t, problem=f"{t.problem} ({t.gpus} GPU)") for t in throughput]
+    else:
+        throughput_labelled = throughput
     lines = [header, "", QUALITY_HEADER, *map(quality_line, quality), "", THROUGHPUT_HEADER,
-             *map(throughput_line, throughput), "", breakdown_header(), *map(breakdown_line, throughput)]
+             *map(throughput_line, throughput), "", breakdown_header(), *map(breakdown_line, throughput_labelled)]
     if gpu_use:  # shares of each pass's span (from the first candidate on a GPU to the last result)
         lines += ["", GPU_USE_HEADER, *map(gpu_use_line, gpu_use)]
     if scaling:
