@@ -20,8 +20,8 @@ needs_cpu_torch = pytest.mark.skipif(cuda_build.torch.version.cuda is not None,
 
 @pytest.fixture(autouse=True)
 def trimming_on(monkeypatch):
-    """Trimming is off by default (until a GPU run verifies it); these tests are of what it does when on."""
-    monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "1")
+    """Trimming is on by default: these tests are of what it does, whatever the developer's shell has set."""
+    monkeypatch.delenv("KGEN_TRIM_CUDA_INCLUDE", raising=False)
 
 
 @pytest.mark.parametrize(("sources", "trimmed"), [
@@ -149,19 +149,20 @@ def test_a_kernelbench_style_source_builds_trimmed_against_torchs_own_headers(tm
 
 
 def test_the_switch_reaches_the_sandboxed_build(monkeypatch):
-    """A build's environment is by allow-list: the judge passes KGEN_TRIM_CUDA_INCLUDE=1 on to it, and nothing
-    when it is off (the default until a GPU run verifies the CUDA torch's build path)."""
+    """A build's environment is by allow-list: trimming is on there by default (nothing passed), and the judge
+    passes KGEN_TRIM_CUDA_INCLUDE=0 on to it when the user turned it off."""
     from types import SimpleNamespace
 
     from kgen.harness.cuda_build import trim_torch_include
     from kgen.judge.compile_step import CompileSteps
 
     judge = SimpleNamespace(settings=SimpleNamespace(cuda_arch=None))
-    monkeypatch.delenv("KGEN_TRIM_CUDA_INCLUDE", raising=False)
+    source = ["#include <torch/extension.h>\n__global__ void k() {}"]
     assert "KGEN_TRIM_CUDA_INCLUDE" not in CompileSteps.build_env(judge)
-    assert trim_torch_include(["#include <torch/extension.h>\n__global__ void k() {}"]) is None  # off by default
-    monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "1")
-    assert CompileSteps.build_env(judge)["KGEN_TRIM_CUDA_INCLUDE"] == "1"
+    assert trim_torch_include(source) is not None  # on by default
+    monkeypatch.setenv("KGEN_TRIM_CUDA_INCLUDE", "0")
+    assert CompileSteps.build_env(judge)["KGEN_TRIM_CUDA_INCLUDE"] == "0"
+    assert trim_torch_include(source) is None  # what the build does with that environment
 
 
 @pytest.mark.gpu
