@@ -411,7 +411,8 @@ def markdown(quality: list[QualityRow], throughput: list[ThroughputRow], header:
              scaling: Sequence[ScalingRow] = (), gpu_use: Sequence[GpuUseRow] = ()) -> str:
     if len(scaling) > 1:  # one row per problem and pass: say which pass (GPU count) each row is
         gpus_of_run = {t.run_id: t.gpus for t in throughput}
-        quality = [dataclasses.replace(q, problem=f"{q.problem} ({gpus_of_run.get(q.run_id, '?')} GPU)") for q in quality]
+        quality = [dataclasses.replace(q, problem=f"{q.problem} ({gpus_of_run.get(q.run_id, '?')} GPU)")
+                   for q in quality]
         throughput_labelled = [dataclasses.replace(t, problem=f"{t.problem} ({t.gpus} GPU)") for t in throughput]
     else:
         throughput_labelled = throughput
