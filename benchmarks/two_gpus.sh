@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The two-GPU measurement of issue 15, in one device call on a machine with two GPUs (nvidia-h200-x2):
 #   bash benchmarks/two_gpus.sh [DEADLINE_S]          (default 380 for the bench, then ~110 s of interference)
+#   ROUNDS=6 BENCH_ONLY=1 bash benchmarks/two_gpus.sh 470   (48 candidates a pass, the bench alone: the eleventh
+#   session's 1.82x; ROUNDS sets the rounds of 8, BENCH_ONLY skips the interference and sandbox-start steps)
 # `kgen bench --gpus 1 --gpus 2` on matmul, one search of 4 rounds of 8 Triton candidates (issue 27 asks for a
 # search of at least 32; the offline proposer has only 19 distinct softmax Triton candidates, matmul's six
 # Triton starters have 75 one-knob retunings): the same
