@@ -67,6 +67,8 @@ from typing import Any, Optional
 
 import torch
 
+from kgen.judge import fused_compare
+
 DEFAULT_RTOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-7}
 # Every byte 0xFF: a NaN in fp16, bf16, fp32 and fp64 alike (the judge poisons output regions with it).
 POISON_BYTE = 0xFF
@@ -407,6 +409,14 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     flat_own, flat_ref = own.detach().reshape(-1), ref.reshape(-1)
     if tuple(own.shape) != tuple(ref.shape):
         raise ValueError(f"the dtype reference has shape {tuple(own.shape)}, float64 {tuple(ref.shape)}")
+    if fused_compare.usable(flat_own, flat_ref):  # finite everywhere: two fused passes (kgen.judge.fused_compare)
+        ref_sq = fused_compare.finite_ref_sq(flat_own, flat_ref)
+        if ref_sq is not None:
+            rms = math.sqrt(ref_sq / flat_ref.numel())
+            e = fused_compare.errors(flat_own, flat_ref, max(rms, 1e-300), rms, math.inf)
+            ref_norm = math.sqrt(ref_sq)
+            norm = math.sqrt(e.diff_sq) / ref_norm if ref_norm > 0 else (0.0 if e.diff_sq == 0 else math.inf)
+            return OwnError(norm, e.elem, 0, None)
     chunks = _chunks(flat_ref.numel())
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
@@ -495,6 +505,11 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         bad = r_finite & torch.where(e == 0, ~torch.isfinite(o), (e == INF_THERE) & torch.isnan(o))
         return o, r, r_finite & (e == 0), bad
 
+    if excused is None and fused_compare.usable(flat_out, flat_ref):  # finite everywhere: two fused passes
+        ref_sq = fused_compare.finite_ref_sq(flat_out, flat_ref)
+        if ref_sq is not None:
+            return _fused_comparison(flat_out, flat_ref, shape, ref_sq, expected_dtype, rtol, label, own,
+                                     tol_elem, tol_norm)
     # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
     ref_sq, finite_count = 0.0, 0
     finite: list[bool] = []  # per chunk: everything finite and nothing excused, the masks left out (see _finite)
@@ -526,7 +541,6 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         finite_count += int(counted.sum())
     ref_norm = math.sqrt(ref_sq)
     rms = ref_norm / math.sqrt(max(finite_count, 1))
-    atol = rtol * rms
     # Pass 2: the error, normwise and per element.
     diff_sq, max_abs, max_rel, elem, off, first_off = 0.0, 0.0, 0.0, 0.0, 0, None
     for (a, b), all_finite in zip(chunks, finite):
@@ -550,6 +564,27 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
             if n_off and first_off is None:
                 first_off = a + _first(too_far)
             off += n_off
+    return _verdict(flat_out, flat_ref, shape, expected_dtype, rtol, label, own, tol_elem, tol_norm, ref_norm,
+                    rms, diff_sq, max_abs, max_rel, elem, off, first_off)
+
+
+def _fused_comparison(flat_out: torch.Tensor, flat_ref: torch.Tensor, shape: tuple[int, ...], ref_sq: float,
+                      expected_dtype: torch.dtype, rtol: float, label: str, own: Optional[OwnError],
+                      tol_elem: float, tol_norm: float) -> Comparison:
+    """compare's pass 2 in one fused kernel (every element finite, nothing excused: kgen.judge.fused_compare)."""
+    ref_norm = math.sqrt(ref_sq)
+    rms = ref_norm / math.sqrt(flat_ref.numel())
+    e = fused_compare.errors(flat_out, flat_ref, max(rms, 1e-300), rms, tol_elem)
+    return _verdict(flat_out, flat_ref, shape, expected_dtype, rtol, label, own, tol_elem, tol_norm, ref_norm,
+                    rms, e.diff_sq, e.max_abs, e.max_rel, e.elem, e.off, e.first_off)
+
+
+def _verdict(flat_out: torch.Tensor, flat_ref: torch.Tensor, shape: tuple[int, ...], expected_dtype: torch.dtype,
+             rtol: float, label: str, own: Optional[OwnError], tol_elem: float, tol_norm: float, ref_norm: float,
+             rms: float, diff_sq: float, max_abs: float, max_rel: float, elem: float, off: int,
+             first_off: Optional[int]) -> Comparison:
+    """The comparison's result and message from its measures (both paths)."""
+    atol = rtol * rms
     diff_norm = math.sqrt(diff_sq)
     norm_rel = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     result = Comparison(True, "", max_abs, max_rel, norm_rel, atol, rtol, elem, tol_elem, tol_norm)
@@ -563,7 +598,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
                f"{tol_elem:.3g}·(rms {rms:.3g} + |ref|)")
         result.ok = False
         result.message = (f"{_located(label, i, shape)} = {o_i:.8g}, reference {r_i:.8g} "
-                          f"(|diff| {abs(o_i - r_i):.3g} > {bar}; {off} of {ref.numel()} elements off; "
+                          f"(|diff| {abs(o_i - r_i):.3g} > {bar}; {off} of {flat_ref.numel()} elements off; "
                           f"normwise rel err {norm_rel:.3g}{torch_own})")
     elif norm_rel > tol_norm:
         result.ok = False

@@ -253,6 +253,7 @@ class Search:
         evaluators then read from kgen's cache instead of each probing before its first sandbox can start."""
         import torch
 
+        from kgen.judge import fused_compare
         from kgen.judge.evaluator_facts import this_machine
         from kgen.judge.sandbox import probe_early
         from kgen.problems.roofline import compute_roofline
@@ -268,6 +269,9 @@ class Search:
                 except BaseException as e:  # noqa: BLE001 - raised where run() asks for the facts
                     facts.set_exception(e)
             compute_roofline(self.problem)
+            if facts is not None:  # the judge's fused compare, compiled into Triton's cache for the evaluators
+                with contextlib.suppress(Exception):
+                    fused_compare.warm(torch.device("cuda"), getattr(torch, self.problem.dtype))
 
         self._early_facts = facts
         self._background.append(_in_background("kgen-prepare", prepare))
