@@ -458,3 +458,25 @@ def test_problems_in_a_100_column_terminal_fits_and_shows_every_name_whole(tmp_p
     assert "matmul" in lines and LONG_NAME in lines  # each name on a line of its own, whole
     assert any("4096×4096, 4096×4096 → 4096×4096" in line and "137.44 G" in line for line in lines)
     assert any("KGEN_SMALL: N 4096→96" in line for line in lines)
+
+
+def test_cached_ceilings_from_the_old_measure_are_measured_again(tmp_path, monkeypatch):
+    """Ceilings cached by the median of reps not queued ahead (a host stall inside an event pair: 1.3 TB/s for
+    the H100's 3.0, a roofline of 175%) are not read back; those of the current method are. The GPU is stood
+    in for (torch.cuda's answers), the cache file is real."""
+    import json
+
+    from kgen.problems import roofline
+
+    monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Stand-in GPU")
+    entry = {"device": "Stand-in GPU", "bandwidth_bytes_per_s": 1.3e12, "fp32_flops_per_s": 5e13,
+             "torch_version": torch.__version__, "measured_at": 0.0, "tf32_flops_per_s": 4e14,
+             "half_flops_per_s": 8e14}
+    key = f"Stand-in GPU|{torch.__version__}"
+    (tmp_path / "ceilings.json").write_text(json.dumps({key: entry}))
+    assert roofline.device_ceilings(measure=False) is None  # old method: would be measured again
+    (tmp_path / "ceilings.json").write_text(json.dumps({key: {**entry, "method": roofline.CEILINGS_METHOD}}))
+    read = roofline.device_ceilings(measure=False)
+    assert read is not None and read.bandwidth_bytes_per_s == 1.3e12
