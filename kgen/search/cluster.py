@@ -329,6 +329,17 @@ def check_gpu_count(num_gpus: int, address: Optional[str] = None) -> None:
         raise KgenError(f"cannot use {num_gpus} GPU(s): this machine has {torch.cuda.device_count()}")
 
 
+def _local_start_options() -> dict:
+    """How a local cluster starts. Ray prestarts one Python worker per CPU for the first driver; kgen's first
+    work is one evaluator actor and a round of compile tasks, and the prestarted workers (16 on the H100 box,
+    each importing Ray) compete with the evaluator's own start for the CPUs. Without them `ray.init` took
+    5.5-5.8 s there against 7.4-8.1 s (benchmarks/ray_start.py, RESULTS.md, twelfth session); workers then
+    start as work asks for them. KGEN_RAY_PRESTART=1 keeps Ray's default."""
+    if os.environ.get("KGEN_RAY_PRESTART") == "1":
+        return {}
+    return {"_system_config": {"prestart_worker_first_driver": False}}
+
+
 def connect(address: Optional[str] = None, num_gpus: Optional[int] = None) -> Cluster:
     """Start a local Ray cluster (address None) or join one ('auto', 'HOST:PORT', 'ray://HOST:PORT').
     `num_gpus`: a local cluster that uses only the first this many of this machine's GPUs (kgen bench's
@@ -348,7 +359,7 @@ def connect(address: Optional[str] = None, num_gpus: Optional[int] = None) -> Cl
         if address:
             ray.init(address=address, **kwargs)
         else:  # "local": a new cluster even where `ray start` left one recorded (perhaps dead) on this machine
-            ray.init(address="local", include_dashboard=False, num_gpus=num_gpus, **kwargs)
+            ray.init(address="local", include_dashboard=False, num_gpus=num_gpus, **_local_start_options(), **kwargs)
     except AuthenticationError as e:
         raise KgenError(f"the Ray cluster at {address} refused this machine's token ({str(e).splitlines()[0]}); "
                         f"{TOKEN_HELP}") from None
