@@ -512,3 +512,21 @@ def test_a_triton_build_is_keyed_by_the_input_shapes():
     small = build_key(source, "9.0", "(64, 4096):torch.float32")
     full = build_key(source, "9.0", "(4096, 65536):torch.float32")
     assert small != full and small != build_key(source, "9.0")
+
+
+def test_the_repeat_check_says_how_far_apart_two_calls_are():
+    """A forward that gives other bits on the same inputs fails whatever the size of the difference; the message
+    says how many elements differ and by how much against the output's rms, so the last-bit noise of a float
+    atomicAdd reduction reads differently from stale data."""
+    first = torch.randn(4096, dtype=torch.float32)
+    noise = first.clone()
+    noise[[7, 900]] = noise[[7, 900]] * (1 + 2 ** -22)
+    said = verify.repeat_difference([first], [noise])
+    assert said.startswith("2 of 4096 elements differ, by at most ")
+    assert float(said.split("by at most ")[1].split(",")[0]) < 1e-5
+    stale = torch.randn(4096, dtype=torch.float32)
+    far = verify.repeat_difference([first], [stale])
+    assert float(far.split(", ")[-1].split(" of the")[0]) > 0.5  # O(1) of the rms: not rounding
+    nan = first.clone()
+    nan[0] = float("nan")
+    assert verify.repeat_difference([nan], [nan.clone()]).startswith("0 of 4096")  # NaN where NaN: no change

@@ -347,6 +347,30 @@ def same_tensors(a: list[Any], b: list[Any]) -> bool:
         else not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor) for x, y in zip(a, b))
 
 
+def repeat_difference(first: list[Any], again: list[Any]) -> str:
+    """How two calls' outputs on the same inputs differ, for the judge's message: how many elements and by how
+    much against the output's typical size (the last bits of a reduction whose order changes from call to call,
+    e.g. float atomicAdd, differ by ~1e-7 of it; stale or uninitialized data by far more)."""
+    changed, total, worst, scale = 0, 0, 0.0, 0.0
+    for a, b in zip(first, again):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            return "their shapes or types differ"
+        fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)  # `a` may be a kept copy on the host
+        total += fa.numel()
+        for lo, hi in _chunks(fa.numel()):
+            x, y = fa[lo:hi].to(fb.device, torch.float64), fb[lo:hi].to(torch.float64)
+            both_nan = torch.isnan(x) & torch.isnan(y)
+            differ = (x != y) & ~both_nan
+            changed += int(differ.sum())
+            gap = torch.where(differ, torch.abs(x - y), 0.0)
+            worst = max(worst, float(torch.nan_to_num(gap, nan=math.inf).max())) if gap.numel() else worst
+            finite = torch.where(torch.isfinite(x), x, 0.0)
+            scale += float(torch.sum(finite * finite))
+    rms = math.sqrt(scale / max(total, 1))
+    relative = f", {worst / rms:.2g} of the output's rms" if rms > 0 and math.isfinite(worst) else ""
+    return f"{changed} of {total} elements differ, by at most {worst:.3g}{relative}"
+
+
 def _unravel(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     idx = []
     for s in reversed(shape):
