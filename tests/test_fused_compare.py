@@ -114,3 +114,27 @@ def test_fused_measures_match_the_torch_path_in_the_interpreter(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the fused kernels compiled)")
 def test_fused_measures_match_the_torch_path_on_the_gpu(tmp_path):
     _check(_run(tmp_path, "cuda", {}))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="needs Triton unable to launch here: no GPU and no interpreter")
+def test_a_fused_pass_that_cannot_run_falls_back_to_the_torch_path(monkeypatch):
+    """Triton that cannot launch (here: CPU tensors, no GPU driver, no interpreter) costs the fused passes for the
+    process, never a verdict: the same comparison comes from verify's torch path, and the reason is kept."""
+    from kgen.judge import fused_compare, verify
+
+    monkeypatch.setattr(fused_compare, "broken", None)
+    ref = torch.randn(5000, dtype=torch.float64)
+    out = ref.float()
+    out[10] += 1.0
+    monkeypatch.setenv("KGEN_FUSED_COMPARE", "0")
+    expected = verify.compare(out, ref, torch.float32, 1e-5)
+    monkeypatch.delenv("KGEN_FUSED_COMPARE")
+    monkeypatch.setattr(fused_compare, "ON_CPU", True)
+    assert fused_compare.usable(out, ref)
+    got = verify.compare(out, ref, torch.float32, 1e-5)
+    assert fused_compare.broken is not None  # the launch failed and turned the passes off
+    assert (got.ok, got.message) == (expected.ok, expected.message) and "output[10]" in got.message
+    assert not fused_compare.usable(out, ref)
+    own = verify.own_error(out, ref)  # the torch path from now on
+    assert own.norm_rel_err > 0

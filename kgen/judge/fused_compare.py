@@ -31,6 +31,15 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 ON_CPU = False  # tests set it (in a process with TRITON_INTERPRET=1): the same kernels in Triton's interpreter
 
 _kernels = None
+# why the fused passes are off in this process (a GPU or Triton that cannot compile or run them): verify's torch
+# path does the same work, so a failure here costs speed, never a verdict
+broken: Optional[str] = None
+
+
+def disable(error: BaseException) -> None:
+    """Turn the fused passes off for this process after `error` (the caller then takes verify's torch path)."""
+    global broken
+    broken = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
 
 def _build():
@@ -81,7 +90,7 @@ def _build():
 def usable(flat_out: torch.Tensor, flat_ref: torch.Tensor) -> bool:
     """Whether the fused passes apply: a float output and a float64 reference on the same GPU (or the CPU under
     Triton's interpreter, ON_CPU), of the same length, with int64 offsets to spare."""
-    if os.environ.get("KGEN_FUSED_COMPARE", "1") == "0":
+    if os.environ.get("KGEN_FUSED_COMPARE", "1") == "0" or broken is not None:
         return False
     if flat_out.device != flat_ref.device or (flat_out.device.type != "cuda" and not ON_CPU):
         return False

@@ -434,13 +434,16 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     if tuple(own.shape) != tuple(ref.shape):
         raise ValueError(f"the dtype reference has shape {tuple(own.shape)}, float64 {tuple(ref.shape)}")
     if fused_compare.usable(flat_own, flat_ref):  # finite everywhere: two fused passes (kgen.judge.fused_compare)
-        ref_sq = fused_compare.finite_ref_sq(flat_own, flat_ref)
-        if ref_sq is not None:
-            rms = math.sqrt(ref_sq / flat_ref.numel())
-            e = fused_compare.errors(flat_own, flat_ref, max(rms, 1e-300), rms, math.inf)
-            ref_norm = math.sqrt(ref_sq)
-            norm = math.sqrt(e.diff_sq) / ref_norm if ref_norm > 0 else (0.0 if e.diff_sq == 0 else math.inf)
-            return OwnError(norm, e.elem, 0, None)
+        try:
+            ref_sq = fused_compare.finite_ref_sq(flat_own, flat_ref)
+            if ref_sq is not None:
+                rms = math.sqrt(ref_sq / flat_ref.numel())
+                e = fused_compare.errors(flat_own, flat_ref, max(rms, 1e-300), rms, math.inf)
+                ref_norm = math.sqrt(ref_sq)
+                norm = math.sqrt(e.diff_sq) / ref_norm if ref_norm > 0 else (0.0 if e.diff_sq == 0 else math.inf)
+                return OwnError(norm, e.elem, 0, None)
+        except Exception as e:  # noqa: BLE001 - Triton could not compile or run them here: the torch path below
+            fused_compare.disable(e)
     chunks = _chunks(flat_ref.numel())
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
@@ -530,10 +533,13 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         return o, r, r_finite & (e == 0), bad
 
     if excused is None and fused_compare.usable(flat_out, flat_ref):  # finite everywhere: two fused passes
-        ref_sq = fused_compare.finite_ref_sq(flat_out, flat_ref)
-        if ref_sq is not None:
-            return _fused_comparison(flat_out, flat_ref, shape, ref_sq, expected_dtype, rtol, label, own,
-                                     tol_elem, tol_norm)
+        try:
+            ref_sq = fused_compare.finite_ref_sq(flat_out, flat_ref)
+            if ref_sq is not None:
+                return _fused_comparison(flat_out, flat_ref, shape, ref_sq, expected_dtype, rtol, label, own,
+                                         tol_elem, tol_norm)
+        except Exception as e:  # noqa: BLE001 - Triton could not compile or run them here: the torch path below
+            fused_compare.disable(e)
     # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
     ref_sq, finite_count = 0.0, 0
     finite: list[bool] = []  # per chunk: everything finite and nothing excused, the masks left out (see _finite)
