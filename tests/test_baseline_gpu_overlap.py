@@ -267,3 +267,47 @@ def test_the_sandbox_probe_started_early_is_run_once_and_its_answer_waited_for(m
         assert sandbox._run_as_nobody(True) is True and len(probes) == 1
     finally:
         sandbox._probe_as_nobody.cache_clear()  # later tests probe this machine for real
+
+
+def test_a_searchs_baselines_start_at_its_first_result_and_still_give_every_speedup(tmp_path):
+    """DeferredBaselines: nothing of the baselines runs beside the first evaluation; they start when its result
+    comes back, and the evaluations stored before they are in get their speedups (the GPU is a stand-in, as above)."""
+    from kgen.problems.problem import load_problem
+    from kgen.proposers import make_proposer
+    from kgen.search.loop import DeferredBaselines, Search, SearchConfig
+    from kgen.search.progress import SearchProgress
+    from kgen.store.db import Evaluation, open_db
+
+    db = open_db(str(tmp_path / "k.db"))
+    config = SearchConfig(problem="softmax", rounds=1, candidates=3, proposer="offline", size="small")
+    progress = SearchProgress(Console(file=io.StringIO(), width=200))
+    problem = load_problem("softmax", "small")
+    search = Search(db, config, problem, make_proposer("offline", problem=problem), progress)
+    search._open_run("Stand-in GPU", 1)
+    settings = EvalSettings(device="cuda", size="small")
+    ran = threading.Event()
+
+    def baselines():
+        ran.set()
+        settings.baseline_eager_ms, settings.baseline_compile_ms = 2.0, 1.0
+
+    deferred = DeferredBaselines(threading.Thread(target=baselines, daemon=True))
+    assert deferred.is_alive() and not deferred.started  # still to come: not in
+
+    class Stages(_AnyGpuStages):
+        def __init__(self):
+            super().__init__()
+            self.started_at_poll = []  # (results handed out so far, baselines started?) at each poll
+
+        def poll(self, timing_open=True):
+            self.started_at_poll.append((len(self.polls), deferred.started))
+            return super().poll(timing_open)
+
+    stages = Stages()
+    search._rounds(stages, settings, 0, "Stand-in GPU", deferred)
+    assert stages.started_at_poll[0] == (0, False)  # no baselines while the first candidate is judged
+    assert stages.started_at_poll[1] == (1, True)  # started with the first result
+    assert ran.wait(10)
+    with db.reader() as s:
+        rows = s.query(Evaluation).all()
+    assert len(rows) == 3 and all(r.eager_ms == 2.0 and r.compile_ms == 1.0 for r in rows)

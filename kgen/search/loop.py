@@ -23,6 +23,7 @@ state those, wherever they are rendered.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -305,10 +306,10 @@ class Search:
         self.startup.setdefault(name, round(time.monotonic() - self.started, 3))
 
     def _settings(self, device: str) -> tuple[EvalSettings, Optional[threading.Thread]]:
-        """The evaluation settings, and (on a GPU) the thread timing the baselines: it runs while the
-        first candidates compile, and fills the settings' baseline fields before it ends. Every GPU takes
-        candidates meanwhile: the GPU's timing lock (kgen.judge.gpu_lock) keeps the baselines' timed runs
-        and a candidate's apart (a baseline timed beside a candidate would skew both), so only those wait."""
+        """The evaluation settings, and (on a GPU) the thread timing the baselines (DeferredBaselines: started at
+        the first result), which fills the settings' baseline fields before it ends. Every GPU takes candidates
+        meanwhile: the GPU's timing lock (kgen.judge.gpu_lock) keeps the baselines' timed runs and a candidate's
+        apart (a baseline timed beside a candidate would skew both), so only those wait."""
         from kgen.problems.roofline import floors
 
         settings = EvalSettings(device="cuda" if device != "cpu" else "cpu", size=self.problem.size,
@@ -317,10 +318,15 @@ class Search:
             return settings, None
         settings.floor_ms, settings.impossible_ms = floors(self.problem, settings.rtol)
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
-        self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates are judged ...")
-        thread = threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
-                                  name="kgen-baselines")
-        thread.start()
+        thread = DeferredBaselines(threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
+                                                    name="kgen-baselines"))
+        if os.environ.get("KGEN_BASELINES_AT_START") == "1":
+            self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates are "
+                               "judged ...")
+            thread.start_once()
+        else:
+            self.progress.note(f"the baselines ({variants}; cached in the DB) are timed once the first candidate is "
+                               "judged; speedups follow then")
         return settings, thread
 
     def _time_baselines(self, settings: EvalSettings, device: str) -> None:
@@ -448,6 +454,8 @@ class Search:
                     timing.discard(event.candidate_id)
                 else:
                     self._since_start("first_result_s")
+                    if baselines is not None and hasattr(baselines, "start_once"):
+                        baselines.start_once()  # after the first result (DeferredBaselines), once
                     self._add_judge_phases(event.result)
                     before_baselines = event.result.eager_ms is None and settings.device != "cpu"
                     if before_baselines and baselines_in:  # sent before the baselines were in, back after
@@ -610,6 +618,32 @@ def _in_background(name: str, work) -> Future:
 
     threading.Thread(target=run, daemon=True, name=name).start()
     return future
+
+
+class DeferredBaselines:
+    """The thread timing a search's baselines on a local GPU, started at the search's first result. Started with
+    the search (as before the twelfth session), torch.compile's compile (Dynamo, Inductor and its compile worker
+    processes, ~20 s on a cold machine) ran beside the first evaluation and its sandboxes' imports, and the
+    baselines' timed runs held the GPU's timing lock in its middle (1.2 s of the first evaluation's 14.2 s on a
+    cold H100): the first result waited for work whose only product, the speedups, can come later (the evaluations
+    stored before it get theirs when it is in). KGEN_BASELINES_AT_START=1 starts it at once, for an A/B."""
+
+    def __init__(self, thread: threading.Thread):
+        self.thread = thread
+        self.started = False
+
+    def start_once(self) -> None:
+        if not self.started:
+            self.started = True
+            self.thread.start()
+
+    def is_alive(self) -> bool:
+        """True until the baselines are in: not started yet counts as still to come."""
+        return not self.started or self.thread.is_alive()
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        self.start_once()
+        self.thread.join(timeout)
 
 
 # Set by the CLI's SIGINT/SIGTERM handler (request_stop) as it raises KeyboardInterrupt; the round loop
