@@ -691,7 +691,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
     try:
         if owned:
             progress.note(f"joining the Ray cluster at {ray_address} ..." if ray_address else
-                          "starting a local Ray cluster and its workers (takes about 10 s) ...")
+                          "starting a local Ray cluster and its workers (takes about 5-10 s) ...")
             if not ray_address:  # the roofline and (its evaluators use this machine's GPU) its facts, meanwhile
                 search.prepare_beside_cluster_start()
             cluster = ray_cluster.connect(ray_address)
