@@ -320,7 +320,8 @@ class Search:
         variants = "eager, torch.compile, max-autotune" if self.config.baseline_max_autotune else "eager, torch.compile"
         thread = DeferredBaselines(threading.Thread(target=self._time_baselines, args=(settings, device), daemon=True,
                                                     name="kgen-baselines"))
-        if os.environ.get("KGEN_BASELINES_AT_START") == "1":
+        # an LLM's first reply takes longer than the baselines: they go beside it, as they always did
+        if os.environ.get("KGEN_BASELINES_AT_START") == "1" or self.config.proposer == "openai":
             self.progress.note(f"timing the baselines ({variants}; cached in the DB) while the first candidates are "
                                "judged ...")
             thread.start_once()
@@ -626,7 +627,8 @@ class DeferredBaselines:
     processes, ~20 s on a cold machine) ran beside the first evaluation and its sandboxes' imports, and the
     baselines' timed runs held the GPU's timing lock in its middle (1.2 s of the first evaluation's 14.2 s on a
     cold H100): the first result waited for work whose only product, the speedups, can come later (the evaluations
-    stored before it get theirs when it is in). KGEN_BASELINES_AT_START=1 starts it at once, for an A/B."""
+    stored before it get theirs when it is in). With the openai proposer it starts at once: the model's first reply
+    takes longer than the baselines, which then go beside it. KGEN_BASELINES_AT_START=1 starts it at once (an A/B)."""
 
     def __init__(self, thread: threading.Thread):
         self.thread = thread
