@@ -44,6 +44,7 @@ EXPECTED = {
     "infinite_loop": "timeout",
     "spawns_process": "static_reject",
     "forks_children": "correct",  # its forks are refused by the sandbox; what it returns is honest
+    "host_sync_inside_forward": "correct",  # waits on the GPU between its kernels: honest (the GPU test times it)
     "starts_thread": "static_reject",
     "compiles_torch": "static_reject",
     "reads_secrets": "correct",

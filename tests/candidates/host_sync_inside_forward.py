@@ -1,0 +1,46 @@
+"""Correct: a two-kernel Triton softmax whose forward waits on the GPU between its kernels (`bool()` of a GPU
+tensor, as LLM-written kernels do with `.item()`): honest, a little slower, and under the gate clock its timed
+runs are opened by the shadow (forward cannot return before its gate opens). A KernelBench leaderboard entry of
+this shape (37_FrobeniusNorm_, `partial_sums.sum().item()` between two kernels) came out `suspicious` on the H100
+in the twelfth session (the runner's events 5.5 ms against the gate clock's 8.7 ms): on a GPU this must be correct."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_stats(x_ptr, max_ptr, sum_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=float("-inf"))
+    m = tl.max(x, axis=0)
+    tl.store(max_ptr + row, m)
+    tl.store(sum_ptr + row, tl.sum(tl.exp(x - m), axis=0))
+
+
+@triton.jit
+def normalize(x_ptr, max_ptr, sum_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=float("-inf"))
+    m = tl.load(max_ptr + row)
+    s = tl.load(sum_ptr + row)
+    tl.store(y_ptr + row * n_cols + cols, tl.exp(x - m) / s, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        rows, cols = x.shape
+        block = triton.next_power_of_2(cols)
+        maxes = torch.empty(rows, device=x.device, dtype=x.dtype)
+        sums = torch.empty(rows, device=x.device, dtype=x.dtype)
+        row_stats[(rows,)](x, maxes, sums, cols, BLOCK=block)
+        if not bool(torch.isfinite(sums).all()):  # the host waits for the first kernel here
+            raise FloatingPointError("a row's sum of exponentials is not finite")
+        y = torch.empty_like(x)
+        normalize[(rows,)](x, maxes, sums, y, cols, BLOCK=block)
+        return y
