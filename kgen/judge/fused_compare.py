@@ -89,7 +89,7 @@ def _build():
 
 def usable(flat_out: torch.Tensor, flat_ref: torch.Tensor) -> bool:
     """Whether the fused passes apply: a float output and a float64 reference on the same GPU (or the CPU under
-    Triton's interpreter, ON_CPU), of the same length, with int64 offsets to spare."""
+    Triton's interpreter, ON_CPU), contiguous, of the same length, with int64 offsets to spare."""
     if os.environ.get("KGEN_FUSED_COMPARE", "1") == "0" or broken is not None:
         return False
     if flat_out.device != flat_ref.device or (flat_out.device.type != "cuda" and not ON_CPU):
@@ -97,6 +97,8 @@ def usable(flat_out: torch.Tensor, flat_ref: torch.Tensor) -> bool:
     if flat_out.dtype not in FLOAT_DTYPES or flat_ref.dtype != torch.float64:
         return False
     if flat_out.numel() != flat_ref.numel() or not 0 < flat_out.numel() < 2 ** 40:
+        return False
+    if not (flat_out.is_contiguous() and flat_ref.is_contiguous()):  # a strided view: the torch path reads it
         return False
     try:
         _build()
@@ -110,25 +112,11 @@ def warm(device, dtype: torch.dtype = torch.float32) -> None:
     evaluators on this machine read): the search does it beside Ray's start, so the first evaluation's
     warm-up does not. A length divisible by 16, as most outputs are (Triton specializes on it)."""
     out = torch.randn(4096, device=device).to(dtype)
-    ref = out.to(torch.float64)
-    if usable(out, ref) and finite_ref_sq(out, ref) is not None:
-        errors(out, ref, 1.0, 1.0, 1e-5)
+    measure(out, out.to(torch.float64), 1e-5)
 
 
-def _grid(n: int) -> tuple[int]:
-    return (math.ceil(n / BLOCK),)
-
-
-def finite_ref_sq(flat_out: torch.Tensor, flat_ref: torch.Tensor) -> Optional[float]:
-    """sum ref^2 over all elements when the output and the reference are finite everywhere, else None."""
-    kernel, _ = _build()
-    out, ref = flat_out.contiguous(), flat_ref.contiguous()
-    blocks = _grid(out.numel())[0]
-    bad = torch.empty(blocks, dtype=torch.int32, device=out.device)
-    sq = torch.empty(blocks, dtype=torch.float64, device=out.device)
-    kernel[(blocks,)](out, ref, out.numel(), bad, sq, BLOCK=BLOCK)
-    nonfinite, ref_sq = torch.stack([bad.sum().to(torch.float64), sq.sum()]).tolist()
-    return None if nonfinite else ref_sq
+def _blocks(n: int) -> int:
+    return math.ceil(n / BLOCK)
 
 
 @dataclass
@@ -141,12 +129,46 @@ class Errors:
     first_off: Optional[int]  # the first of them (flat index)
 
 
-def errors(flat_out: torch.Tensor, flat_ref: torch.Tensor, floor: float, rms: float, tol: float) -> Errors:
-    """Pass 2 over finite data (finite_ref_sq said so): verify.compare's measures, and own_error's."""
+@dataclass
+class Measures:
+    ref_sq: float  # sum ref^2
+    rms: float  # rms(ref) = sqrt(ref_sq) / sqrt(n), as verify.compare takes it
+    errors: Errors  # pass 2, floored at max(rms, 1e-300), elements off against `tol`
+
+
+def measure(flat_out: torch.Tensor, flat_ref: torch.Tensor, tol: float) -> Optional[Measures]:
+    """Both passes, where they apply (`usable`) and every element is finite; None sends the caller to verify's
+    torch path: not usable here, a non-finite element, or Triton failing to compile or run them (which turns
+    them off for this process, `disable`)."""
+    if not usable(flat_out, flat_ref):
+        return None
+    try:
+        ref_sq = _finite_ref_sq(flat_out, flat_ref)
+        if ref_sq is None:
+            return None
+        rms = math.sqrt(ref_sq) / math.sqrt(flat_ref.numel())
+        return Measures(ref_sq, rms, _errors(flat_out, flat_ref, max(rms, 1e-300), rms, tol))
+    except Exception as e:  # noqa: BLE001 - Triton could not compile or run them here: the torch path instead
+        disable(e)
+        return None
+
+
+def _finite_ref_sq(out: torch.Tensor, ref: torch.Tensor) -> Optional[float]:
+    """Pass 1: sum ref^2 over all elements when the output and the reference are finite everywhere, else None."""
+    kernel, _ = _build()
+    blocks = _blocks(out.numel())
+    bad = torch.empty(blocks, dtype=torch.int32, device=out.device)
+    sq = torch.empty(blocks, dtype=torch.float64, device=out.device)
+    kernel[(blocks,)](out, ref, out.numel(), bad, sq, BLOCK=BLOCK)
+    nonfinite, ref_sq = torch.stack([bad.sum().to(torch.float64), sq.sum()]).tolist()
+    return None if nonfinite else ref_sq
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor, floor: float, rms: float, tol: float) -> Errors:
+    """Pass 2 over finite data: verify.compare's measures, and own_error's."""
     _, kernel = _build()
-    out, ref = flat_out.contiguous(), flat_ref.contiguous()
     n = out.numel()
-    blocks = _grid(n)[0]
+    blocks = _blocks(n)
     device = out.device
     params = torch.tensor([floor, rms, tol], dtype=torch.float64, device=device)
     sq, mx, rel, elem = (torch.empty(blocks, dtype=torch.float64, device=device) for _ in range(4))

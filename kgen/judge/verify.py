@@ -433,17 +433,11 @@ def own_error(own: torch.Tensor, ref: torch.Tensor) -> OwnError:
     flat_own, flat_ref = own.detach().reshape(-1), ref.reshape(-1)
     if tuple(own.shape) != tuple(ref.shape):
         raise ValueError(f"the dtype reference has shape {tuple(own.shape)}, float64 {tuple(ref.shape)}")
-    if fused_compare.usable(flat_own, flat_ref):  # finite everywhere: two fused passes (kgen.judge.fused_compare)
-        try:
-            ref_sq = fused_compare.finite_ref_sq(flat_own, flat_ref)
-            if ref_sq is not None:
-                rms = math.sqrt(ref_sq / flat_ref.numel())
-                e = fused_compare.errors(flat_own, flat_ref, max(rms, 1e-300), rms, math.inf)
-                ref_norm = math.sqrt(ref_sq)
-                norm = math.sqrt(e.diff_sq) / ref_norm if ref_norm > 0 else (0.0 if e.diff_sq == 0 else math.inf)
-                return OwnError(norm, e.elem, 0, None)
-        except Exception as e:  # noqa: BLE001 - Triton could not compile or run them here: the torch path below
-            fused_compare.disable(e)
+    fused = fused_compare.measure(flat_own, flat_ref, math.inf)  # finite everywhere, on a GPU: two fused passes
+    if fused is not None:
+        ref_norm, diff_sq = math.sqrt(fused.ref_sq), fused.errors.diff_sq
+        norm = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else (0.0 if diff_sq == 0 else math.inf)
+        return OwnError(norm, fused.errors.elem, 0, None)
     chunks = _chunks(flat_ref.numel())
     excused: Optional[torch.Tensor] = None
     ref_sq, count = 0.0, 0
@@ -532,14 +526,13 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
         bad = r_finite & torch.where(e == 0, ~torch.isfinite(o), (e == INF_THERE) & torch.isnan(o))
         return o, r, r_finite & (e == 0), bad
 
-    if excused is None and fused_compare.usable(flat_out, flat_ref):  # finite everywhere: two fused passes
-        try:
-            ref_sq = fused_compare.finite_ref_sq(flat_out, flat_ref)
-            if ref_sq is not None:
-                return _fused_comparison(flat_out, flat_ref, shape, ref_sq, expected_dtype, rtol, label, own,
-                                         tol_elem, tol_norm)
-        except Exception as e:  # noqa: BLE001 - Triton could not compile or run them here: the torch path below
-            fused_compare.disable(e)
+    # finite everywhere and nothing excused, on a GPU: two fused passes (kgen.judge.fused_compare)
+    fused = fused_compare.measure(flat_out, flat_ref, tol_elem) if excused is None else None
+    if fused is not None:
+        e = fused.errors
+        return _verdict(flat_out, flat_ref, shape, expected_dtype, rtol, label, own, tol_elem, tol_norm,
+                        math.sqrt(fused.ref_sq), fused.rms, e.diff_sq, e.max_abs, e.max_rel, e.elem, e.off,
+                        e.first_off)
     # Pass 1: non-finite values where the reference has none (or different ones), and the reference's norm.
     ref_sq, finite_count = 0.0, 0
     finite: list[bool] = []  # per chunk: everything finite and nothing excused, the masks left out (see _finite)
@@ -596,17 +589,6 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, rtol: floa
             off += n_off
     return _verdict(flat_out, flat_ref, shape, expected_dtype, rtol, label, own, tol_elem, tol_norm, ref_norm,
                     rms, diff_sq, max_abs, max_rel, elem, off, first_off)
-
-
-def _fused_comparison(flat_out: torch.Tensor, flat_ref: torch.Tensor, shape: tuple[int, ...], ref_sq: float,
-                      expected_dtype: torch.dtype, rtol: float, label: str, own: Optional[OwnError],
-                      tol_elem: float, tol_norm: float) -> Comparison:
-    """compare's pass 2 in one fused kernel (every element finite, nothing excused: kgen.judge.fused_compare)."""
-    ref_norm = math.sqrt(ref_sq)
-    rms = ref_norm / math.sqrt(flat_ref.numel())
-    e = fused_compare.errors(flat_out, flat_ref, max(rms, 1e-300), rms, tol_elem)
-    return _verdict(flat_out, flat_ref, shape, expected_dtype, rtol, label, own, tol_elem, tol_norm, ref_norm,
-                    rms, e.diff_sq, e.max_abs, e.max_rel, e.elem, e.off, e.first_off)
 
 
 def _verdict(flat_out: torch.Tensor, flat_ref: torch.Tensor, shape: tuple[int, ...], expected_dtype: torch.dtype,
