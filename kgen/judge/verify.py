@@ -363,7 +363,7 @@ def repeat_difference(first: list[Any], again: list[Any]) -> str:
             differ = (x != y) & ~both_nan
             changed += int(differ.sum())
             gap = torch.where(differ, torch.abs(x - y), 0.0)
-            worst = max(worst, float(torch.nan_to_num(gap, nan=math.inf).max())) if gap.numel() else worst
+            worst = max(worst, float(torch.nan_to_num(gap, nan=math.inf).max()))  # chunks are never empty
             finite = torch.where(torch.isfinite(x), x, 0.0)
             scale += float(torch.sum(finite * finite))
     rms = math.sqrt(scale / max(total, 1))

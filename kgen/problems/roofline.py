@@ -274,6 +274,10 @@ def _cache_path() -> Path:
     return cache_dir() / "ceilings.json"
 
 
+QUEUE_AHEAD_CYCLES = 200_000_000  # ~0.1 s at ~2 GHz: the GPU sleeps while the reps are queued
+CEILINGS_METHOD = 2  # cache entries measured another way (1: the median of reps not queued ahead) are re-measured
+
+
 def _fastest_ms(fn, reps: int) -> float:
     """The fastest of `reps` event-timed calls of `fn`, queued behind a GPU sleep.
 
@@ -295,10 +299,6 @@ def _fastest_ms(fn, reps: int) -> float:
         end[i].record()
     torch.cuda.synchronize()
     return min(s.elapsed_time(e) for s, e in zip(start, end))
-
-
-QUEUE_AHEAD_CYCLES = 200_000_000  # ~0.1 s at ~2 GHz: the GPU sleeps while the reps are queued
-CEILINGS_METHOD = 2  # cache entries measured another way (1: the median of reps not queued ahead) are re-measured
 
 
 def measure_ceilings(device_index: int = 0) -> Ceilings:

@@ -632,11 +632,13 @@ class DeferredBaselines:
 
     def __init__(self, thread: threading.Thread):
         self.thread = thread
-        self.started = False
+
+    @property
+    def started(self) -> bool:
+        return self.thread.ident is not None  # set by Thread.start before it returns
 
     def start_once(self) -> None:
         if not self.started:
-            self.started = True
             self.thread.start()
 
     def is_alive(self) -> bool:
