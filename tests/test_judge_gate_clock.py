@@ -81,7 +81,7 @@ def _stopwatch(candidate: list[GatedRun], runner_ms: float, nulls: int) -> Stopw
     watch.gate_ends = {"candidate's runner": "end word (...)", "reference runner": "end word (...)"}
     watch.gate_candidate = [(g, runner_ms) for g in candidate]
     watch.gate_null = [(GatedRun("return", True, True, OFFSET_MS), 0.001) for _ in range(nulls)]
-    watch.gate_calibration = []
+    watch.gate_null_sync, watch.gate_calibration = [], []
     return watch
 
 
@@ -110,6 +110,50 @@ def test_held_shadow_runs_are_checked_like_held_returns():
     assert [s[2] for s in report["samples"][89:92]] == ["shadow", "shadow", "return"]
     honest = [GatedRun(kind, True, True, 0.95 + OFFSET_MS) for kind in ["shadow"] * 91 + ["return"] * 9]
     assert not _stopwatch(honest, 0.95, 33).gate_report(0.95, 100)["flagged"]
+
+
+SYNC_LAG_MS = 0.016  # the gate's extra wake-up in runs opened on the shadow with nothing pushed meanwhile (H100)
+
+
+def _sync_nulls(offset_ms: float, n: int = 30) -> list:
+    rng = random.Random(11)
+    return [(GatedRun("shadow", True, True, offset_ms + rng.gauss(0, NOISE_MS)), 0.001) for _ in range(n)]
+
+
+def test_a_forward_that_waits_inside_is_checked_against_do_nothing_runs_that_wait_too():
+    """On the H100 a forward that synchronizes inside (or starts its launches late) shows ~16 us more between
+    the gate's opening and its end than the plain do-nothing runs: flagged by them alone, explained by do-nothing
+    runs that wait inside as well; a forward whose gate wakes as the plain runs' do (the legacy default stream)
+    is explained by the plain ones; a shave beyond both is flagged."""
+    rng = random.Random(5)
+    honest = [GatedRun("shadow", True, True, 0.3 + OFFSET_MS + SYNC_LAG_MS + rng.gauss(0, NOISE_MS))
+              for _ in range(100)]
+    watch = _stopwatch(honest, 0.3, 33)
+    assert watch.gate_report(0.3, 100)["flagged"] is True  # the plain null alone: what the twelfth session saw
+    watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS)
+    report = watch.gate_report(0.3, 100)
+    assert report["flagged"] is False and report["null_kind"] == "null_sync"
+    assert report["null_kinds"]["null"]["flagged"] and not report["null_kinds"]["null_sync"]["flagged"]
+    assert report["null_offset_ms"] == pytest.approx(OFFSET_MS + SYNC_LAG_MS - 0.001, abs=2e-4)  # judge - runner
+    legacy = [GatedRun("shadow", True, True, 0.3 + OFFSET_MS + rng.gauss(0, NOISE_MS)) for _ in range(100)]
+    watch = _stopwatch(legacy, 0.3, 33)
+    watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS)
+    report = watch.gate_report(0.3, 100)
+    assert report["flagged"] is False and report["null_kind"] == "null"
+    shaved = [GatedRun("shadow", True, True, g.judge_ms + 0.05) for g in honest]  # start re-recorded 50 us late
+    watch = _stopwatch(shaved, 0.3, 33)
+    watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS)
+    report = watch.gate_report(0.3, 100)
+    assert report["flagged"] is True and report["null_kind"] == "null_sync"
+    assert report["gap_ms"] == pytest.approx(0.05, abs=1e-3)
+
+
+def test_too_few_waiting_do_nothing_runs_leave_the_plain_ones_to_decide():
+    runs = [GatedRun("shadow", True, True, 0.3 + OFFSET_MS + SYNC_LAG_MS)] * 40
+    watch = _stopwatch(runs, 0.3, 20)
+    watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS, MIN_GATE_RUNS - 1)
+    report = watch.gate_report(0.3, 40)
+    assert report["flagged"] is True and report["null_kind"] == "null" and "null_kinds" not in report
 
 
 def test_no_check_is_claimed_when_too_few_runs_are_known_to_be_held():

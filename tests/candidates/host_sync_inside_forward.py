@@ -1,8 +1,8 @@
-"""Correct: a two-kernel Triton softmax whose forward waits on the GPU between its kernels (`bool()` of a GPU
-tensor, as LLM-written kernels do with `.item()`): honest, a little slower, and under the gate clock its timed
-runs are opened by the shadow (forward cannot return before its gate opens). A KernelBench leaderboard entry of
-this shape (37_FrobeniusNorm_, `partial_sums.sum().item()` between two kernels) came out `suspicious` on the H100
-in the twelfth session (the runner's events 5.5 ms against the gate clock's 8.7 ms): on a GPU this must be correct."""
+"""Correct: a two-kernel Triton softmax whose forward waits on the GPU between its kernels (`.item()` of one
+element, as LLM-written kernels do: a 4-byte copy, no torch kernel): honest, a little slower, and under the gate
+clock its timed runs are opened by the shadow (forward cannot return before its gate opens). On the H100 such runs
+show the gate's wake-up ~13-18 us later than the plain do-nothing runs (thirteenth session), which flagged this very
+file `suspicious` until do-nothing runs that wait inside joined the null (kgen.judge.timing.Stopwatch.sync_nulls)."""
 import torch
 import torch.nn as nn
 import triton
@@ -39,8 +39,8 @@ class ModelNew(nn.Module):
         maxes = torch.empty(rows, device=x.device, dtype=x.dtype)
         sums = torch.empty(rows, device=x.device, dtype=x.dtype)
         row_stats[(rows,)](x, maxes, sums, cols, BLOCK=block)
-        if not bool(torch.isfinite(sums).all()):  # the host waits for the first kernel here
-            raise FloatingPointError("a row's sum of exponentials is not finite")
+        if not sums[0].item() >= 1.0:  # the host waits for the first kernel here (a row's sum is >= 1, or NaN)
+            raise FloatingPointError("the first row's sum of exponentials is not a number")
         y = torch.empty_like(x)
         normalize[(rows,)](x, maxes, sums, y, cols, BLOCK=block)
         return y
