@@ -2,6 +2,8 @@
 # The gate clock on forwards that wait on the GPU inside (issue 30's suspicious leaderboard entry), one device call:
 # each candidate judged with the same-kind null (default) and with the plain null (KGEN_GATE_SYNC_NULL=0).
 #   bash benchmarks/gate_hostsync_gpu.sh DEADLINE_S   (carry .devbundle and benchmarks/collection_kb240)
+#   MODES="on off" (default): with the waiting do-nothing runs (on) and without them (off, KGEN_GATE_SYNC_NULL=0);
+#   FUSED_TEST=0 leaves out the fused-compare GPU test.
 # $OUT: on/gate_hostsync.json, off/gate_hostsync.json, gate_hostsync.log, fused_test.txt
 set -uo pipefail
 deadline=${1:-300}
@@ -11,11 +13,11 @@ small="softmax=tests/candidates/good_triton_softmax.py softmax=tests/candidates/
   softmax=benchmarks/gate_hostsync/sync_first.py softmax=benchmarks/gate_hostsync/busy_host.py"
 frob=benchmarks/collection_kb240/KernelBench/level1/37_FrobeniusNorm_.py=benchmarks/collection_kb240/solutions/210328ec64c942ec0c70e5ba0c4f203d.py@full
 left() { echo $(( deadline - ($(date +%s) - started) - 10 )); }
-# shellcheck disable=SC2086
-timeout "$(left)" python3 benchmarks/gate_hostsync.py "$OUT/on" $small $frob 2>&1 | tee -a "$OUT/gate_hostsync.log"
-# shellcheck disable=SC2086
-KGEN_GATE_SYNC_NULL=0 timeout "$(left)" python3 benchmarks/gate_hostsync.py "$OUT/off" $small $frob 2>&1 \
-  | tee -a "$OUT/gate_hostsync.log"
-[ "$(left)" -gt 40 ] && timeout "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_fused_compare.py \
-  2>&1 | tail -5 > "$OUT/fused_test.txt"
+for mode in ${MODES:-on off}; do
+  # shellcheck disable=SC2086
+  KGEN_GATE_SYNC_NULL=$([ "$mode" = off ] && echo 0 || echo 1) timeout "$(left)" \
+    python3 benchmarks/gate_hostsync.py "$OUT/$mode" $small $frob 2>&1 | tee -a "$OUT/gate_hostsync.log"
+done
+[ "${FUSED_TEST:-1}" = 1 ] && [ "$(left)" -gt 40 ] && timeout "$(left)" python3 -m pytest -q -p no:cacheprovider \
+  -m gpu tests/test_fused_compare.py 2>&1 | tail -5 > "$OUT/fused_test.txt"
 ls -R "$OUT"
