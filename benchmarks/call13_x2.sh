@@ -9,7 +9,6 @@ MODES=on FUSED_TEST=0 bash benchmarks/gate_hostsync_gpu.sh 200
 left=$(( deadline - ($(date +%s) - started) - 45 ))
 KGEN_COLLECTION=benchmarks/collection_kb240 KGEN_COLLECTION_RESUME=benchmarks/collection_kb240/resume3.db \
   bash benchmarks/collection_gpu.sh "$left"
-. benchmarks/device_call.sh >/dev/null 2>&1
 cd "$OUT" && tar czf /tmp/call13.tgz --exclude=h100.db . && mv /tmp/call13.tgz . \
   && find . -mindepth 1 -maxdepth 1 ! -name call13.tgz ! -name h100.db ! -name figures.txt ! -name summary.txt \
        ! -name gate_hostsync.log -exec rm -rf {} +
