@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,15 @@ from kgen.core.records import Outcome
 from kgen.harness.gate import END_WORD, STARTED_WORD, WORD_BYTES, map_read_only, read_word
 from kgen.harness.protocol import Channel, RunnerJob
 from kgen.judge.gate_clock import GatedRun, GatePage, gated_run, judge_clock
-from kgen.judge.timing import GATE_FLOOR_MS, MIN_GATE_RUNS, ClockCheck, Stopwatch, TimedRuns, gate_clock_check
+from kgen.judge.timing import (
+    GATE_FLOOR_MS,
+    GATE_SHADOW_FLOOR_MS,
+    MIN_GATE_RUNS,
+    ClockCheck,
+    Stopwatch,
+    TimedRuns,
+    gate_clock_check,
+)
 from kgen.judge.verdict import Verdict
 
 OFFSET_MS = 0.0025  # probe 2 on the H100: the poll sees the end event 2.5 us after the runner's events say
@@ -112,7 +120,7 @@ def test_held_shadow_runs_are_checked_like_held_returns():
     assert not _stopwatch(honest, 0.95, 33).gate_report(0.95, 100)["flagged"]
 
 
-SYNC_LAG_MS = 0.016  # the gate's extra wake-up in runs opened on the shadow with nothing pushed meanwhile (H100)
+SYNC_LAG_MS = 0.025  # the gate's extra wake-up after a long wait (H100: +13 to +19 us; here past the shadow floor)
 
 
 def _sync_nulls(offset_ms: float, n: int = 30) -> list:
@@ -146,6 +154,24 @@ def test_a_forward_that_waits_inside_is_checked_against_do_nothing_runs_that_wai
     report = watch.gate_report(0.3, 100)
     assert report["flagged"] is True and report["null_kind"] == "null_sync"
     assert report["gap_ms"] == pytest.approx(0.05, abs=1e-3)
+
+
+def test_runs_opened_on_the_shadow_get_the_wider_floor_and_others_keep_theirs():
+    """The waiting do-nothing runs' offset moved by 10 us between evaluations on the H100: a candidate whose runs
+    open on the shadow is checked with GATE_SHADOW_FLOOR_MS; one whose runs open on forward's return keeps the
+    microsecond floor, so the same 10 us there is flagged."""
+    rng = random.Random(9)
+    late = [GatedRun("shadow", True, True, 0.3 + OFFSET_MS + SYNC_LAG_MS + 0.0105 + rng.gauss(0, NOISE_MS))
+            for _ in range(100)]
+    watch = _stopwatch(late, 0.3, 33)
+    watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS)
+    report = watch.gate_report(0.3, 100)
+    assert report["flagged"] is False and report["threshold_ms"] == pytest.approx(GATE_SHADOW_FLOOR_MS + 0.003)
+    watch.gate_candidate = [(replace(g, judge_ms=g.judge_ms + 0.008), 0.3) for g, _ in watch.gate_candidate]
+    assert watch.gate_report(0.3, 100)["flagged"] is True  # 18.5 us past them: beyond the floor
+    returned = [GatedRun("return", True, True, 0.3 + OFFSET_MS + 0.0105 + rng.gauss(0, NOISE_MS)) for _ in range(100)]
+    report = _stopwatch(returned, 0.3, 33).gate_report(0.3, 100)
+    assert report["flagged"] is True and report["threshold_ms"] < 0.005
 
 
 def test_too_few_waiting_do_nothing_runs_leave_the_plain_ones_to_decide():
