@@ -157,7 +157,7 @@ def test_a_forward_that_waits_inside_is_checked_against_do_nothing_runs_that_wai
 
 
 def test_runs_opened_on_the_shadow_get_the_wider_floor_and_others_keep_theirs():
-    """The waiting do-nothing runs' offset moved by 10 us between evaluations on the H100: a candidate whose runs
+    """The waiting do-nothing runs' offset moved by 15 us between evaluations on the H100: a candidate whose runs
     open on the shadow is checked with GATE_SHADOW_FLOOR_MS; one whose runs open on forward's return keeps the
     microsecond floor, so the same 10 us there is flagged."""
     rng = random.Random(9)
@@ -167,8 +167,8 @@ def test_runs_opened_on_the_shadow_get_the_wider_floor_and_others_keep_theirs():
     watch.gate_null_sync = _sync_nulls(OFFSET_MS + SYNC_LAG_MS)
     report = watch.gate_report(0.3, 100)
     assert report["flagged"] is False and report["threshold_ms"] == pytest.approx(GATE_SHADOW_FLOOR_MS + 0.003)
-    watch.gate_candidate = [(replace(g, judge_ms=g.judge_ms + 0.008), 0.3) for g, _ in watch.gate_candidate]
-    assert watch.gate_report(0.3, 100)["flagged"] is True  # 18.5 us past them: beyond the floor
+    watch.gate_candidate = [(replace(g, judge_ms=g.judge_ms + 0.015), 0.3) for g, _ in watch.gate_candidate]
+    assert watch.gate_report(0.3, 100)["flagged"] is True  # 25.5 us past them: beyond the floor
     returned = [GatedRun("return", True, True, 0.3 + OFFSET_MS + 0.0105 + rng.gauss(0, NOISE_MS)) for _ in range(100)]
     report = _stopwatch(returned, 0.3, 33).gate_report(0.3, 100)
     assert report["flagged"] is True and report["threshold_ms"] < 0.005
