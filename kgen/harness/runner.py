@@ -28,7 +28,6 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from time import perf_counter
 from typing import Any, ClassVar, Optional
 
@@ -279,17 +278,12 @@ class _NoTrace(contextlib.nullcontext):
 
 
 class _NullModel:
-    """Returns its outputs as they are: the forward of a timed run that does nothing. With `wait` (the
-    runner's own synchronize, bound before any candidate code), it first waits for the GPU, as a forward
-    that synchronizes inside does (`.item()`, `bool()` of a GPU tensor): under the gate clock its stream
-    then sits on the closed gate until the judge opens it on the shadow, like such a candidate's."""
+    """Returns its outputs as they are: the forward of a timed run that does nothing."""
 
-    def __init__(self, outputs: list[Any], wait: Optional[Callable[[], Any]] = None):
-        self.outputs, self.wait = outputs, wait
+    def __init__(self, outputs: list[Any]):
+        self.outputs = outputs
 
     def __call__(self, *args: Any) -> Any:
-        if self.wait is not None:
-            self.wait()
         return self.outputs[0] if len(self.outputs) == 1 else tuple(self.outputs)
 
 
@@ -374,11 +368,8 @@ class Runner:
         self.state = {name: self.arena.tensor(self.layout.regions[region]) for name, region in job.weights.items()}
         # kgen's own stand-in for a candidate whose forward costs nothing: timed before any candidate code
         # exists in this process, it measures what a timed run costs besides the forward
-        nothing = [torch.empty(r.shape, dtype=getattr(torch, r.dtype), device=self.device) for r in self.out_regions]
-        self.models["null"] = _NullModel(nothing)
-        # ... and one that waits for the GPU inside: the do-nothing runs of a candidate whose forward does
-        # (kgen.judge.timing.Stopwatch.null_module)
-        self.models["null_sync"] = _NullModel(nothing, self._synchronize if self.cuda else None)
+        self.models["null"] = _NullModel([torch.empty(r.shape, dtype=getattr(torch, r.dtype), device=self.device)
+                                          for r in self.out_regions])
         self.init_inputs = [self._value(v) for v in job.init_inputs]
         self.OpTrace, self.Tensor, self.strided = OpTrace, torch.Tensor, torch.strided
         # the runner's world as it is before any candidate code: checked after every call (run mode only: the

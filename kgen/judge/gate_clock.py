@@ -108,7 +108,9 @@ class GatedRun:
     end had not shown when the judge began to poll, so T_end is the moment it showed (to the poll's
     microseconds); else the first poll's time, a bound that errs long by at most the time from opening the
     gate to that poll (a microsecond: the end of a held run comes after T_go). `judge_ms`: T_end - T_go.
-    `reply_lag_ms`: from T_end to the runner's reply (filled in by the caller; see the module's docstring)."""
+    `pass_ms`: from T_go to the poll that first saw the started word (the gate's wake-up as the host sees
+    it; None where the runner writes none or the end showed first). `reply_lag_ms`: from T_end to the
+    runner's reply (filled in by the caller; see the module's docstring)."""
 
     opened_by: str
     held: Optional[bool]
@@ -116,6 +118,7 @@ class GatedRun:
     judge_ms: float
     end_s: float = 0.0  # T_end on time.perf_counter()
     reply_lag_ms: Optional[float] = None
+    pass_ms: Optional[float] = None
 
 
 def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], returned_soon: Callable[[float], bool],
@@ -129,7 +132,9 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
     where the runner writes none); `deadline`: time.perf_counter() past which the poll stops (the caller's
     receive then meets the runner's silence). In a shadow run the poll also looks for `returned` every
     GATE_RETURN_LOOK_S, and reads it only after the end (or GATE_AFTER_RETURN_S on), so an end is timed when
-    it comes, not when the message is read."""
+    it comes, not when the message is read. Until the started word shows, each poll reads it too: when the
+    stream passed the gate (how long the GPU took to see the gate open differs by what the run's stream did
+    while it waited: timing.gate_report)."""
     opened_by, held, returned = "shadow", None, False
     try:
         if returned_soon(shadow_s):
@@ -144,9 +149,12 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
         open_gate()
     pending = not end_done()
     done = not pending
-    look_at, waiting_since = go + GATE_RETURN_LOOK_S, None
+    look_at, waiting_since, passed_at = go + GATE_RETURN_LOOK_S, None, None
+    watch_pass = passed_gate is not None and pending
     while not done and time.perf_counter() < deadline:
         now = time.perf_counter()
+        if watch_pass and passed_gate():  # read before the end: a pass seen with the end is not timed
+            passed_at, watch_pass = now, False
         if not returned and now >= look_at:
             # Once `returned` is there, forward's launches are all queued and the end is near. Reading the
             # message (tens of us) while the end lands would time the end late, an honest run looking shaved
@@ -162,4 +170,5 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
     end = time.perf_counter()
     if not returned:
         receive_returned()
-    return GatedRun(opened_by, held, pending, (end - go) * 1e3, end)
+    return GatedRun(opened_by, held, pending, (end - go) * 1e3, end,
+                    pass_ms=None if passed_at is None else (passed_at - go) * 1e3)

@@ -7,7 +7,6 @@ a runner no candidate touched, interleaved with the candidate's).
 from __future__ import annotations
 
 import math
-import os
 import secrets
 import statistics
 import time
@@ -54,12 +53,6 @@ DRIFT_SLACK_MS = 0.25
 GATE_FLOOR_MS = 0.001
 GATE_FLOOR_SHARE = 0.01
 MIN_GATE_RUNS = 10  # held gated runs of each kind for the check; and at least half of the candidate's timed runs
-# ... and for a candidate whose runs the judge opens on the shadow (forward waits on the GPU inside, or starts its
-# launches late), the floor is the spread of the gate's wake-up after a long wait, which the do-nothing runs that
-# wait inside do not pin down within one evaluation: on the H100 their median offset moved 0.162-0.177 ms between
-# evaluations, and 18 honest evaluations of forwards that wait inside or start late came -2.9 to +12.2 us past the
-# nearer kind (thirteenth session, RESULTS); the floor leaves that 1.6x
-GATE_SHADOW_FLOOR_MS = 0.020
 
 
 class TimedRuns:
@@ -71,13 +64,9 @@ class TimedRuns:
         the judge; the runner's CUDA-event time for each run; the judge's clock around each run; a
         random sample of timed outputs verified. Returns the statistics."""
         warm_started, warmup = time.perf_counter(), 0
-        shadow_opened = 0
         while warmup < WARMUP_RUNS and (warmup < 2 or time.perf_counter() - warm_started < WARMUP_MAX_S):
             watch.run("candidate", "timing (warm-up)")
-            shadow_opened += watch.last_gated is not None and watch.last_gated[0].opened_by == "shadow"
             warmup += 1
-        # forward waits on the GPU inside, or outlasts the shadow: do-nothing runs that wait inside join the null
-        watch.sync_nulls = shadow_opened * 2 > warmup and watch.page is not None and sync_null_on()
         before = telemetry.sample(self.device)  # the GPU's clocks and power as the timed runs start, warm
         elapsed, wall = [], []
         min_runs, min_s = int(self.settings.min_timed_runs), float(self.settings.min_timed_s)
@@ -209,12 +198,6 @@ class ClockCheck:
         return self.gap_ms > self.threshold_ms or (self.two_sided and self.gap_ms < -self.threshold_ms)
 
 
-def sync_null_on() -> bool:
-    """Whether a candidate whose timed runs are opened by the gate's shadow also gets do-nothing runs that wait
-    for the GPU inside as a null (the default; KGEN_GATE_SYNC_NULL=0: the plain do-nothing runs alone)."""
-    return os.environ.get("KGEN_GATE_SYNC_NULL", "1").strip() != "0"
-
-
 def _median_standard_error(values: list[float]) -> float:
     """The standard error of a sample's median, from its MAD: 1.4826·MAD estimates σ for normal data
     (and ignores the outliers a context switch or a page fault makes), and a median's standard error is
@@ -225,20 +208,20 @@ def _median_standard_error(values: list[float]) -> float:
 
 
 def gate_clock_check(runs: list[tuple[float, float]], null_runs: list[tuple[float, float]],
-                     median_ms: float, floor_ms: float = GATE_FLOOR_MS) -> ClockCheck:
+                     median_ms: float) -> ClockCheck:
     """Whether the runner's event times are shorter than the judge's gate clock allows. Each run is
     (judge ms, runner ms): the judge's time from opening the gate to seeing the runner's end event, and the
     runner's event time of the same run. In an honest run their difference is the gate's wake-up and the
     poll's lag, the same as in do-nothing runs of a runner no candidate touched (`null_runs`); a runner
     whose start event was recorded again mid-forward, or whose events report s% + c ms less, is short by
     that much in every run. The gap is the difference of the two medians; the threshold CLOCK_SIGMAS
-    standard errors of it, at least `floor_ms` + GATE_FLOOR_SHARE of the median. Two-sided: a judge time
+    standard errors of it, at least GATE_FLOOR_MS + GATE_FLOOR_SHARE of the median. Two-sided: a judge time
     shorter than the runner's by as much is flagged too (a stream that did not wait, an end signalled early)."""
     diffs = [j - r for j, r in runs]
     null_diffs = [j - r for j, r in null_runs]
     gap = statistics.median(diffs) - statistics.median(null_diffs)
     noise = math.hypot(_median_standard_error(diffs), _median_standard_error(null_diffs))
-    return ClockCheck(gap, noise, max(CLOCK_SIGMAS * noise, floor_ms + GATE_FLOOR_SHARE * median_ms), True)
+    return ClockCheck(gap, noise, max(CLOCK_SIGMAS * noise, GATE_FLOOR_MS + GATE_FLOOR_SHARE * median_ms), True)
 
 
 def clock_check(beside_ms: list[float], null_beside_ms: list[float], median_ms: float) -> ClockCheck:
@@ -280,9 +263,6 @@ class Stopwatch:
         self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
         self.probe = torch.zeros(1, device=self.device)
         self.overhead_ms = 0.0
-        # where the candidate's warm-up runs were mostly opened by the gate's shadow, the reference runner's
-        # do-nothing runs between the candidate's are of both kinds: "null" and "null_sync" (waits inside)
-        self.sync_nulls = False
         self.null_beside: list[float] = []
         self.null_first_beside: list[float] = []  # the first of each pair: the reference runner waking up
         self.reference: Optional[RunnerSlot] = None  # a second runner that never sees candidate code
@@ -295,7 +275,6 @@ class Stopwatch:
         self.last_gated: Optional[tuple[GatedRun, float]] = None
         self.gate_candidate: list[tuple[GatedRun, float]] = []
         self.gate_null: list[tuple[GatedRun, float]] = []
-        self.gate_null_sync: list[tuple[GatedRun, float]] = []
         self.gate_calibration: list[tuple[GatedRun, float]] = []
 
     def run(self, module: str, stage: str, slot: Optional[RunnerSlot] = None,
@@ -373,12 +352,7 @@ class Stopwatch:
         at least half of the timed runs, and MIN_GATE_RUNS held do-nothing runs ending on the same signal:
         the reference runner's interleaved ones, else the calibration's (the candidate's own runner before
         its import). `runs` 0: the candidate's runs were not gated (its gate could not be set up), and today's
-        clock decides. Where the candidate's runs were mostly opened by the shadow, the reference runner also
-        ran do-nothing runs that wait for the GPU inside (`null_sync`): the gate's wake-up after a long wait
-        differs by the run's shape (H100: +13 to +18 us for forwards that synchronize inside or start late,
-        none for one whose kernels go to the legacy default stream; RESULTS, thirteenth session), so the
-        check is made against both kinds, with GATE_SHADOW_FLOOR_MS for a floor, and flags only what neither
-        explains."""
+        clock decides."""
         if self.page is None:
             return None
         report: dict[str, Any] = {"clock": "gate", "wait": getattr(self, "gate_wait", None), "end": self.gate_ends}
@@ -422,23 +396,31 @@ class Stopwatch:
                                f"{max(MIN_GATE_RUNS, math.ceil(timed_runs / 2))} needed), {len(nulls)} held "
                                f"do-nothing runs (at least {MIN_GATE_RUNS})")
             return report
-        sync_nulls = [(g.judge_ms, ms) for g, ms in self.gate_null_sync if g.held] \
-            if signal.get("reference runner") == signal.get("candidate's runner") else []
-        floor = GATE_SHADOW_FLOOR_MS if len(sync_nulls) >= MIN_GATE_RUNS else GATE_FLOOR_MS
-        kinds = {"null": (nulls, gate_clock_check(held, nulls, median_ms, floor))}
-        if len(sync_nulls) >= MIN_GATE_RUNS:
-            kinds["null_sync"] = (sync_nulls, gate_clock_check(held, sync_nulls, median_ms, floor))
-            report["null_kinds"] = {kind: {"runs": len(runs_), "offset_ms": round(statistics.median(
-                j - r for j, r in runs_), 5), "gap_ms": round(check.gap_ms, 5), "threshold_ms": round(
-                check.threshold_ms, 5), "flagged": check.flagged} for kind, (runs_, check) in kinds.items()}
-        # the kind that decides: one that explains the candidate's runs, else the nearest to doing so
-        kind = min(kinds, key=lambda k: (kinds[k][1].flagged, abs(kinds[k][1].gap_ms) / kinds[k][1].threshold_ms))
-        nulls, check = kinds[kind]
-        report.update(check="made", null_kind=kind, judge_median_ms=round(statistics.median(j for j, _ in held), 5),
+        check = gate_clock_check(held, nulls, median_ms)
+        report.update(check="made", judge_median_ms=round(statistics.median(j for j, _ in held), 5),
                       runner_median_ms=round(statistics.median(r for _, r in held), 5),
                       null_offset_ms=round(statistics.median(j - r for j, r in nulls), 5),
                       gap_ms=round(check.gap_ms, 5), noise_ms=round(check.noise_ms, 6),
                       threshold_ms=round(check.threshold_ms, 5), flagged=check.flagged)
+        # The same check from the moment the judge saw the stream pass the gate (its started word): the gate's
+        # wake-up left out of both sides. It differs by what the stream did while it waited (H100: 13-19 us more
+        # in runs the judge opened on the shadow with nothing pushed meanwhile, a forward that synchronizes
+        # inside; thirteenth session, RESULTS), so the do-nothing runs' wake-up is not the candidate's. It only
+        # excuses: a flag stands unless this check, made on enough runs, finds the runs honest too.
+        passed = [(g.judge_ms - g.pass_ms, ms) for g, ms in runs if g.held and g.pass_ms is not None]
+        null_passed = [(g.judge_ms - g.pass_ms, ms) for g, ms in null_runs if g.held and g.pass_ms is not None]
+        if len(passed) >= max(MIN_GATE_RUNS, len(held) / 2) and len(null_passed) >= MIN_GATE_RUNS:
+            after_pass = gate_clock_check(passed, null_passed, median_ms)
+            report["from_pass"] = {
+                "runs": len(passed), "null_runs": len(null_passed),
+                "wake_median_ms": round(statistics.median(g.pass_ms for g, _ in runs if g.pass_ms is not None), 5),
+                "null_wake_median_ms": round(statistics.median(g.pass_ms for g, _ in null_runs
+                                                               if g.pass_ms is not None), 5),
+                "gap_ms": round(after_pass.gap_ms, 5), "noise_ms": round(after_pass.noise_ms, 6),
+                "threshold_ms": round(after_pass.threshold_ms, 5), "flagged": after_pass.flagged}
+            if check.flagged and not after_pass.flagged:
+                report.update(flagged=False, excused="the gap is the gate's wake-up: from the stream's pass of "
+                                                     "the gate on, the runs match the do-nothing runs")
         return report
 
     def calibrate(self, runs: int = CALIBRATION_RUNS) -> float:
@@ -460,11 +442,6 @@ class Stopwatch:
         where the candidate's runner is busy, and it wakes more slowly (overheads ~0.1 ms higher on the
         H100, which would let a candidate's events claim that much less unseen)."""
         if self.reference is not None:
-            if self.sync_nulls:  # a pair of the other kind first, of which the second counts likewise
-                self.run("null_sync", "calibration", self.reference)
-                self.run("null_sync", "calibration", self.reference)
-                if self.last_gated is not None:
-                    self.gate_null_sync.append(self.last_gated)
             _, _, wall_ms, ms, _ = self.run("null", "calibration", self.reference)
             self.null_first_beside.append(wall_ms - ms)
             _, _, wall_ms, ms, _ = self.run("null", "calibration", self.reference)
