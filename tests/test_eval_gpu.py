@@ -35,8 +35,8 @@ GPU_EXPECTED = {
     "cuda_segfault_at_import": "runtime_error",
     "infinite_loop": "timeout",
     "forks_children": "correct",  # the sandbox refuses its forks; what it returns is honest
-    # waits on the GPU between its kernels: its gated runs open by the shadow; honest, so not `suspicious` (a
-    # leaderboard entry of this shape was, twelfth session: this is the check for whoever looks into it)
+    # waits on the GPU between its kernels: its gated runs open by the shadow; honest, so not `suspicious` (flagged
+    # from the gate's opening on the H100, thirteenth session; the check from the stream's pass must excuse it)
     "host_sync_inside_forward": "correct",
     "out_of_memory": "runtime_error",
     "triton_compile_error": "compile_error",

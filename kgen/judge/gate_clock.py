@@ -35,7 +35,10 @@ by it has not been measured on the GPU, so it is advisory, not a check: until it
 bounded only by the kernel audit's watched check (the timed median against the CUPTI-profiled kernels, 10%
 and more). The started word is writable the same way: written early it makes the candidate's own runs "not
 held" (`suspicious`); set back, it could hide a stream that passed the gate without waiting, which needs the
-wait itself skipped (its driver function is fingerprinted: kgen.harness.gate.code_fingerprint).
+wait itself skipped (its driver function is fingerprinted: kgen.harness.gate.code_fingerprint). The judge also
+times when it first saw the started word (GatedRun.pass_ms), which excuses a gap that is only the gate's
+wake-up (timing.gate_report: the wake-up after a long wait differs by the run's shape); set back and written
+again X late, it would excuse a shave of X as the end word above can: the same bound holds it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Correct: a two-kernel Triton softmax whose forward waits on the GPU between its kernels (`.item()` of one
 element, as LLM-written kernels do: a 4-byte copy, no torch kernel): honest, a little slower, and under the gate
 clock its timed runs are opened by the shadow (forward cannot return before its gate opens). On the H100 such runs
-show the gate's wake-up ~13-18 us later than the plain do-nothing runs (thirteenth session), which flagged this very
-file `suspicious` until do-nothing runs that wait inside joined the null (kgen.judge.timing.Stopwatch.sync_nulls)."""
+show the gate's wake-up 13-19 us later than the do-nothing runs (thirteenth session), which flagged this very file
+`suspicious` from the gate's opening; the check from the stream's pass of the gate (kgen.judge.timing.gate_report's
+from_pass) is what must find it honest (not yet run on the GPU: benchmarks/gate_pass_gpu.sh)."""
 import torch
 import torch.nn as nn
 import triton
