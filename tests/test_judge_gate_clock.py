@@ -116,9 +116,8 @@ WAKE_MS = 0.020  # the gate's wake-up in a run the judge opened on the shadow af
 NULL_WAKE_MS = 0.004  # ... and in a do-nothing run opened on its return
 
 
-def _passing(runner_ms: float, wake_ms: float, shave_ms: float = 0.0, n: int = 100, seed: int = 5) -> list:
-    """Held runs whose stream passed the gate `wake_ms` after it opened, whose runner's events leave out
-    `shave_ms` (its start event recorded again that late)."""
+def _passing(runner_ms: float, wake_ms: float, n: int = 100, seed: int = 5) -> list:
+    """Honest held runs whose stream passed the gate `wake_ms` after it opened."""
     rng = random.Random(seed)
     return [GatedRun("shadow", True, True, wake_ms + runner_ms + OFFSET_MS + rng.gauss(0, NOISE_MS),
                      pass_ms=wake_ms + rng.gauss(0, NOISE_MS)) for _ in range(n)]
