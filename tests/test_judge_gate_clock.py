@@ -437,11 +437,12 @@ def test_a_shadow_runs_end_that_lands_while_returned_would_be_read_is_timed_when
 
 def test_the_judge_times_when_the_stream_passed_the_gate(page):
     """A GPU that takes 60 ms to see the gate open, then works 20 ms: the judge's time is ~80 ms from the
-    opening, of which ~60 before its poll saw the started word; a runner that writes none gives no pass."""
+    opening, of which ~60 before its poll saw the started word (on a loaded host the fake GPU's sleeps run
+    long, so only the lower bounds are sure); a runner that writes none gives no pass."""
     runner = FakeRunner(page, 0, gpu_s=0.02, wake_s=0.06, syncs_inside=True)
     gated, _ = runner.run(page, shadow_s=0.01)
     assert gated.opened_by == "shadow" and gated.held is True
-    assert 60 <= gated.pass_ms < gated.judge_ms and 20 <= gated.judge_ms - gated.pass_ms < 60, gated
+    assert gated.pass_ms >= 60 and gated.judge_ms - gated.pass_ms >= 20, gated
     runner = FakeRunner(page, 1, gpu_s=0.02, wake_s=0.06, started_word=False)
     gated, _ = runner.run(page, shadow_s=5.0)
     assert gated.pass_ms is None and gated.judge_ms >= 80
