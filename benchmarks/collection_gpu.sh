@@ -26,7 +26,9 @@ if [ ! -f "$coll/collection.jsonl" ]; then
   exit 0
 fi
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-echo "kgen $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $gpus GPU(s), $(grep -c . "$coll/collection.jsonl") entries" \
+# KGEN_COMMIT: the local commit, written into the device command (the device's copy of .git can be older than the tree)
+commit=${KGEN_COMMIT:-"$(git rev-parse --short HEAD 2>/dev/null || echo '?') (the git of the device, maybe stale)"}
+echo "kgen $commit, $gpus GPU(s), $(grep -c . "$coll/collection.jsonl") entries" \
   | tee "$OUT/figures.txt"
 what=("$coll/collection.jsonl")
 before=0
