@@ -407,15 +407,15 @@ class Stopwatch:
         # in runs the judge opened on the shadow with nothing pushed meanwhile, a forward that synchronizes
         # inside; thirteenth session, RESULTS), so the do-nothing runs' wake-up is not the candidate's. It only
         # excuses: a flag stands unless this check, made on enough runs, finds the runs honest too.
-        passed = [(g.judge_ms - g.pass_ms, ms) for g, ms in runs if g.held and g.pass_ms is not None]
-        null_passed = [(g.judge_ms - g.pass_ms, ms) for g, ms in null_runs if g.held and g.pass_ms is not None]
+        passed = [(g, ms) for g, ms in runs if g.held and g.pass_ms is not None]
+        null_passed = [(g, ms) for g, ms in null_runs if g.held and g.pass_ms is not None]
         if len(passed) >= max(MIN_GATE_RUNS, len(held) / 2) and len(null_passed) >= MIN_GATE_RUNS:
-            after_pass = gate_clock_check(passed, null_passed, median_ms)
+            after_pass = gate_clock_check([(g.judge_ms - g.pass_ms, ms) for g, ms in passed],
+                                          [(g.judge_ms - g.pass_ms, ms) for g, ms in null_passed], median_ms)
             report["from_pass"] = {
                 "runs": len(passed), "null_runs": len(null_passed),
-                "wake_median_ms": round(statistics.median(g.pass_ms for g, _ in runs if g.pass_ms is not None), 5),
-                "null_wake_median_ms": round(statistics.median(g.pass_ms for g, _ in null_runs
-                                                               if g.pass_ms is not None), 5),
+                "wake_median_ms": round(statistics.median(g.pass_ms for g, _ in passed), 5),
+                "null_wake_median_ms": round(statistics.median(g.pass_ms for g, _ in null_passed), 5),
                 "gap_ms": round(after_pass.gap_ms, 5), "noise_ms": round(after_pass.noise_ms, 6),
                 "threshold_ms": round(after_pass.threshold_ms, 5), "flagged": after_pass.flagged}
             if check.flagged and not after_pass.flagged:
