@@ -46,10 +46,11 @@ def main():
             started = time.perf_counter()
             result = evaluate_candidate(problem, Path(path).read_text(), settings, spares)
             results[spec] = dict(summary(result), wall_s=round(time.perf_counter() - started, 1))
-            passed = results[spec]["gate"].get("from_pass") or {}
-            print(spec, results[spec]["outcome"], results[spec]["gate"].get("gap_ms"),
-                  "from pass:", passed.get("gap_ms"), passed.get("threshold_ms"), passed.get("wake_median_ms"),
-                  passed.get("null_wake_median_ms"), "excused" if results[spec]["gate"].get("excused") else "",
+            gate = results[spec]["gate"]
+            passed = gate.get("from_pass") or {}
+            print(spec, results[spec]["outcome"], "gap", gate.get("gap_ms"), "thr", gate.get("threshold_ms"),
+                  "done runs", gate.get("done_runs"), "end gap", gate.get("end_gap_ms"),
+                  "wake", passed.get("wake_median_ms"), passed.get("null_wake_median_ms"),
                   results[spec]["diff_quartiles_ms"], results[spec]["null_diff_quartiles_ms"],
                   results[spec]["message"][:200], flush=True)
             (out / "gate_hostsync.json").write_text(json.dumps(results, indent=1, default=str))

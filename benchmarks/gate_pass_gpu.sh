@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The gate check from the stream's pass of the gate (kgen.judge.timing.gate_report's from_pass), one device call:
-# the honest forwards that wait inside (flagged from the gate's opening on the H100) and c8_rerecord_start's
-# shaves (tests/attacks), which must stay flagged.   bash benchmarks/gate_pass_gpu.sh DEADLINE_S  (carry .devbundle)
+# The gate check on forwards whose stream runs dry (timed to the runner's done word: kgen.judge.gate_clock), one
+# device call: the honest forwards that wait inside (flagged when timed to the end word on the H100) must be
+# correct, and c8_rerecord_start's shaves (tests/attacks) must stay flagged.   bash benchmarks/gate_pass_gpu.sh DEADLINE_S  (carry .devbundle)
 # $OUT: pass/gate_hostsync.json, gate_pass.log
 set -uo pipefail
 deadline=${1:-300}

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from kgen.core.records import Outcome
-from kgen.harness.gate import END_WORD, STARTED_WORD, WORD_BYTES, map_read_only, read_word
+from kgen.harness.gate import DONE_WORD, END_WORD, STARTED_WORD, WORD_BYTES, map_read_only, read_word
 from kgen.harness.protocol import Channel, RunnerJob
 from kgen.judge.gate_clock import GatedRun, GatePage, gated_run, judge_clock
 from kgen.judge.timing import GATE_FLOOR_MS, MIN_GATE_RUNS, ClockCheck, Stopwatch, TimedRuns, gate_clock_check
@@ -112,39 +113,48 @@ def test_held_shadow_runs_are_checked_like_held_returns():
     assert not _stopwatch(honest, 0.95, 33).gate_report(0.95, 100)["flagged"]
 
 
-WAKE_MS = 0.020  # the gate's wake-up in a run the judge opened on the shadow after a forward that waits inside
-NULL_WAKE_MS = 0.004  # ... and in a do-nothing run opened on its return
+DRY_END_MS = 0.009  # H100 (fourteenth session): on a dry stream the end word landed 8-10 us after the done word
+DRY_EVENT_MS = 0.003  # ... and the runner's end event, enqueued between them, lands a few us after the done word
+NULL_OFFSET_MS = OFFSET_MS - 0.001  # _stopwatch's do-nothing runs: judge minus runner
 
 
-def _passing(runner_ms: float, wake_ms: float, n: int = 100, seed: int = 5) -> list:
-    """Honest held runs whose stream passed the gate `wake_ms` after it opened."""
+def _dry(forward_ms: float, shave_ms: float = 0.0, n: int = 100, seed: int = 5, done: bool = True) -> list:
+    """Held runs opened on the shadow whose stream ran dry behind the forward (it waited on the GPU inside):
+    the done word lands at the forward's end, the runner's end event DRY_EVENT_MS later, the end word
+    DRY_END_MS later; `shave_ms`: the runner's start event recorded again that much late. (GatedRun, runner
+    ms) pairs; `done=False`: a runner that wrote no done word (the judge's time to the end word only)."""
     rng = random.Random(seed)
-    return [GatedRun("shadow", True, True, wake_ms + runner_ms + OFFSET_MS + rng.gauss(0, NOISE_MS),
-                     pass_ms=wake_ms + rng.gauss(0, NOISE_MS)) for _ in range(n)]
+    runs = []
+    for _ in range(n):
+        at_done = forward_ms + NULL_OFFSET_MS + rng.gauss(0, NOISE_MS)
+        runs.append((GatedRun("shadow", True, True, at_done + DRY_END_MS, done_ms=at_done if done else None),
+                     forward_ms + DRY_EVENT_MS - shave_ms))
+    return runs
 
 
-def test_a_slow_wake_after_a_wait_inside_is_excused_and_a_shave_is_not():
-    """On the H100 a forward that synchronizes inside shows the gate's wake-up 13-19 us later than the
-    do-nothing runs (thirteenth session): flagged from the gate's opening, honest from the stream's pass of the
-    gate on. A start event recorded again 10 us late is flagged either way; so is either without pass times."""
-    def watch(runs):
-        w = _stopwatch(runs, 0.3, 0)
-        w.gate_null = [(g, 0.001) for g in _passing(0.001, NULL_WAKE_MS, n=33, seed=6)]
-        w.gate_candidate = [(g, 0.3) for g in runs]
-        return w
+def test_a_dry_stream_behind_a_forward_that_waits_inside_is_timed_to_its_done_word():
+    """On the H100 a forward that waits on the GPU inside (`.item()`, a synchronize) read as shaved by 8-10 us:
+    the end word came that long after its end event, the host enqueuing each marker on an idle stream. Timed
+    to the done word (written right behind the forward's launches) the runs are honest; a start event
+    recorded again 10 us late is flagged all the same; without done words the old false flag is what shows."""
+    def report(runs):
+        watch = _stopwatch([], 0.3, 33)
+        watch.gate_candidate = runs
+        return watch.gate_report(0.3, len(runs))
 
-    honest = _passing(0.3, WAKE_MS)
-    report = watch(honest).gate_report(0.3, 100)
-    assert report["gap_ms"] == pytest.approx(WAKE_MS - NULL_WAKE_MS, abs=1e-3) and report["flagged"] is False
-    assert "wake-up" in report["excused"] and report["from_pass"]["flagged"] is False
-    assert report["from_pass"]["wake_median_ms"] == pytest.approx(WAKE_MS, abs=1e-3)
-    shaved = [GatedRun("shadow", True, True, g.judge_ms + 0.010, pass_ms=g.pass_ms) for g in honest]
-    report = watch(shaved).gate_report(0.3, 100)
-    assert report["flagged"] is True and report["from_pass"]["flagged"] is True and "excused" not in report
-    assert report["from_pass"]["gap_ms"] == pytest.approx(0.010, abs=1e-3)
-    unpassed = [GatedRun("shadow", True, True, g.judge_ms) for g in honest]
-    report = watch(unpassed).gate_report(0.3, 100)
-    assert report["flagged"] is True and "from_pass" not in report  # no pass times: the gate's opening decides
+    honest = report(_dry(0.3))
+    assert honest["check"] == "made" and honest["flagged"] is False and honest["done_runs"] == 100
+    assert honest["gap_ms"] == pytest.approx(-DRY_EVENT_MS, abs=5e-4)  # the event lands after the done word
+    assert honest["end_gap_ms"] == pytest.approx(DRY_END_MS - DRY_EVENT_MS, abs=5e-4)  # past the end word's check
+    assert honest["forward_median_ms"] == pytest.approx(honest["judge_median_ms"] - DRY_END_MS, abs=1e-4)
+    shaved = report(_dry(0.3, shave_ms=0.010))
+    assert shaved["flagged"] is True and shaved["gap_ms"] == pytest.approx(0.010 - DRY_EVENT_MS, abs=5e-4)
+    verdict = _verdict(shaved)
+    assert verdict.outcome == Outcome.SUSPICIOUS and "end of the forward's launches" in verdict.message
+    assert report(_dry(0.3, done=False))["flagged"] is True  # no done words: timed to the end word, as before
+    early = [(replace(g, judge_ms=g.judge_ms - 0.05, done_ms=g.done_ms - 0.05), ms) for g, ms in _dry(0.3)]
+    flagged = report(early)  # an end signalled 50 us early is still caught by the end word's side
+    assert flagged["flagged"] is True and flagged["gap_ms"] < 0
 
 
 def test_no_check_is_claimed_when_too_few_runs_are_known_to_be_held():
@@ -312,17 +322,19 @@ class FakeRunner:
     gate opens, or, where its forward synchronizes inside, only after), after `host_s` of forward's host time.
     `waits=False`: a stream that does not wait for the gate; `started_word=False`: a runner that writes none
     (the gate kernel's fallback); `wake_s`: how long its GPU takes to see the gate open, before the started
-    word. What the judge's side reads of it is in the two shared pages."""
+    word; `dry_s`: a stream that ran dry behind the forward: the done word at the forward's end, the end word
+    `dry_s` later (None: no done word). What the judge's side reads of it is in the two shared pages."""
 
     SEEN_AT = 512  # byte offset in the end page where the fake GPU stamps when it saw the gate open
 
     def __init__(self, page: GatePage, index: int, gpu_s: float, syncs_inside: bool = False, fails: bool = False,
-                 host_s: float = 0.0, waits: bool = True, started_word: bool = True, wake_s: float = 0.0):
+                 host_s: float = 0.0, waits: bool = True, started_word: bool = True, wake_s: float = 0.0,
+                 dry_s: Optional[float] = None):
         self.judge_end, runner_end = socket.socketpair()
         self.channel, self.runner = Channel(self.judge_end), Channel(runner_end)
         self.address, self.index, self.gpu_s = map_read_only(page.fd), index, gpu_s
         self.syncs_inside, self.fails, self.host_s = syncs_inside, fails, host_s
-        self.waits, self.started_word, self.wake_s = waits, started_word, wake_s
+        self.waits, self.started_word, self.wake_s, self.dry_s = waits, started_word, wake_s, dry_s
         self.end = GatePage(sealed=False)  # this runner's own end page
         self.end_address = map_read_only(self.end.fd, writable=True)
         self.value = None
@@ -355,6 +367,9 @@ class FakeRunner:
         if self.started_word:
             self.write(STARTED_WORD, value)
         time.sleep(self.gpu_s)
+        if self.dry_s is not None:
+            self.write(DONE_WORD, value)
+            time.sleep(self.dry_s)
         self.write(END_WORD, value)
 
     def serve(self) -> None:
@@ -389,7 +404,7 @@ class FakeRunner:
         gated = gated_run(lambda: page.open(self.index, value), lambda: self.end.read(END_WORD) >= value,
                           self.channel.readable, receive_returned, time.perf_counter() + 5,
                           (lambda: self.end.read(STARTED_WORD) >= value) if self.started_word else None,
-                          shadow_s=shadow_s)
+                          shadow_s=shadow_s, forward_done=lambda: self.end.read(DONE_WORD) >= value)
         return gated, asked
 
 
@@ -449,6 +464,19 @@ def test_the_judge_times_when_the_stream_passed_the_gate(page):
     runner = FakeRunner(page, 1, gpu_s=0.02, wake_s=0.06, started_word=False)
     gated, _ = runner.run(page, shadow_s=5.0)
     assert gated.pass_ms is None and gated.judge_ms >= 80
+
+
+def test_the_judge_times_the_done_word_of_a_dry_stream_and_its_end_apart(page):
+    """A forward that synchronizes inside, 20 ms of GPU work, then a stream dry for 60 ms before its end word:
+    the judge's time to the done word holds the work, its time to the end the dry wait too; a runner that
+    writes no done word gives none (its forward_ms is the end's)."""
+    runner = FakeRunner(page, 0, gpu_s=0.02, syncs_inside=True, dry_s=0.06)
+    gated, _ = runner.run(page, shadow_s=0.01)
+    assert gated.opened_by == "shadow" and gated.held is True and runner.end.read(DONE_WORD) == 1
+    assert gated.done_ms >= 20 and gated.judge_ms - gated.done_ms >= 60 and gated.forward_ms == gated.done_ms
+    runner = FakeRunner(page, 1, gpu_s=0.02, syncs_inside=True)
+    gated, _ = runner.run(page, shadow_s=0.01)
+    assert gated.done_ms is None and gated.forward_ms == gated.judge_ms >= 20
 
 
 def test_the_gate_opens_even_when_the_runner_fails(page):

@@ -11,7 +11,12 @@ The end page: this runner's own page, unsealed, which its stream writes and the 
 gets the run's value right behind the gate wait (before the start event): the judge reads it just before it
 opens the gate, and a value already there means the stream did not wait. Word END_WORD gets it behind the end
 event: the end the judge times to where it cannot open the interprocess event (legacy CUDA IPC does not cross
-the sandbox's PID namespace: cudaErrorMapBufferObjectFailed on the H100). Both are only as trustworthy as
+the sandbox's PID namespace: cudaErrorMapBufferObjectFailed on the H100). Word DONE_WORD gets it right behind
+the forward's launches, before the end event, in runs whose gate was already open when forward returned (a
+forward that waits on the GPU inside, or one whose launches outlast the shadow): the stream may have run dry
+there, so each marker behind the forward lands only as the host enqueues it, and the end word came 8-10 us
+after the end event on the H100 (fourteenth session); the judge's check of a shave times to this word instead.
+All three are only as trustworthy as
 this process: the candidate's host code and kernels can write the page too (kgen.judge.gate_clock says what
 that allows and what still bounds it).
 
@@ -31,7 +36,7 @@ from typing import Any, Optional
 
 PAGE_BYTES = 4096
 WORD_BYTES = 4
-END_WORD, STARTED_WORD = 0, 1  # of a runner's end page
+END_WORD, STARTED_WORD, DONE_WORD = 0, 1, 2  # of a runner's end page
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_MEMHOSTREGISTER_READ_ONLY = 0x08
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
@@ -184,7 +189,7 @@ class Gate:
         started words are written, and how the gate waits."""
         return {"end_event": self.end_handle if self.end_event is not None else None,
                 "end_event_error": self.end_event_error, "end_word": self.end_pointer is not None,
-                "started_word": self.end_pointer is not None,
+                "started_word": self.end_pointer is not None, "done_word": self.end_pointer is not None,
                 "wait": self.kind, "index": self.index}
 
     def wait(self, value: int) -> None:
@@ -203,6 +208,17 @@ class Gate:
         params = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         self._check(self._launch(self.kernel, 1, 1, 1, 1, 1, 1, 0, stream, ctypes.cast(params, ctypes.c_void_p), None),
                     "the gate kernel's launch")
+
+    def mark_done(self, value: int) -> None:
+        """Right behind the forward's launches, before the end event: the done word = `value` if the gate is
+        open already (the stream may be dry: the judge times a shave to this word, not to the end word that
+        the host enqueues microseconds later). Behind a closed gate every marker is queued before the stream
+        runs, back to back, and nothing is written (no extra work in the timed window of a forward that was
+        queued ahead)."""
+        if self.end_pointer is not None and ctypes.c_uint32.from_address(self.host).value >= value & 0xFFFFFFFF:
+            self._check(self._write_value(ctypes.c_void_p(self.stream.cuda_stream),
+                                          self.end_pointer + WORD_BYTES * DONE_WORD, value & 0xFFFFFFFF, 0),
+                        "cuStreamWriteValue32 (the done word)")
 
     def record_end(self, value: int) -> None:
         """The interprocess end event, right behind the runner's own end event, and the end word = `value` (the

@@ -605,6 +605,8 @@ class Runner:
             # after a synchronize it also held the host's wake-up and the record's own launch (30-70 us on
             # the H100). Work the forward leaves on other streams is not in the events then (nor in the judge's
             # clock, if it overlaps the wait above); the judge's kernel audit (CUPTI, every stream) bounds it.
+            if gated:  # the done word first, where the gate is open already (kgen.harness.gate.Gate.mark_done)
+                self.gate.mark_done(gate_value)
             self._record(end, self._stream)
             if gated:  # recorded after forward returned: an earlier record by the candidate is superseded
                 self.gate.record_end(gate_value)

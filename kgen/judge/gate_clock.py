@@ -36,9 +36,16 @@ bounded only by the kernel audit's watched check (the timed median against the C
 and more). The started word is writable the same way: written early it makes the candidate's own runs "not
 held" (`suspicious`); set back, it could hide a stream that passed the gate without waiting, which needs the
 wait itself skipped (its driver function is fingerprinted: kgen.harness.gate.code_fingerprint). The judge also
-times when it first saw the started word (GatedRun.pass_ms), which excuses a gap that is only the gate's
-wake-up (timing.gate_report: the wake-up after a long wait differs by the run's shape); set back and written
-again X late, it would excuse a shave of X as the end word above can: the same bound holds it.
+times when it first saw the started word (GatedRun.pass_ms: the gate's wake-up, advisory in the report).
+
+Runs whose stream may have run dry. Where the gate opened before forward returned (a forward that waits on the
+GPU inside: `.item()`, a synchronize; or one whose host outlasts the shadow), the runner's markers behind the
+forward (its end event, the end word) land only as its host enqueues them once the GPU has nothing else: the
+end word came 8-10 us after the end event on the H100 (fourteenth session, benchmarks/gate_pass_gpu.sh), so
+honest forwards of that shape read as shaved. The runner then writes a done word right behind the forward's
+launches, before its end event (kgen.harness.gate.Gate.mark_done), and the check for a shave times to it
+(GatedRun.done_ms); the end word, after the end event, stays the end for the check that the judge's time is not
+shorter than the runner's. A done word can be written early like the end word, with the same bound.
 """
 
 from __future__ import annotations
@@ -112,7 +119,9 @@ class GatedRun:
     microseconds); else the first poll's time, a bound that errs long by at most the time from opening the
     gate to that poll (a microsecond: the end of a held run comes after T_go). `judge_ms`: T_end - T_go.
     `pass_ms`: from T_go to the poll that first saw the started word (the gate's wake-up as the host sees
-    it; None where the runner writes none or the end showed first). `reply_lag_ms`: from T_end to the
+    it; None where the runner writes none or the end showed first). `done_ms`: from T_go to the poll that first
+    saw the done word (None where the runner wrote none: its gate was still closed when forward returned, so
+    its end markers were queued back to back). `reply_lag_ms`: from T_end to the
     runner's reply (filled in by the caller; see the module's docstring)."""
 
     opened_by: str
@@ -122,11 +131,17 @@ class GatedRun:
     end_s: float = 0.0  # T_end on time.perf_counter()
     reply_lag_ms: Optional[float] = None
     pass_ms: Optional[float] = None
+    done_ms: Optional[float] = None
+
+    @property
+    def forward_ms(self) -> float:
+        """The judge's time to the forward's end: to the done word where the runner wrote one, else the end."""
+        return self.judge_ms if self.done_ms is None else min(self.done_ms, self.judge_ms)
 
 
 def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], returned_soon: Callable[[float], bool],
               receive_returned: Callable[[], Any], deadline: float, passed_gate: Optional[Callable[[], bool]] = None,
-              shadow_s: float = GATE_SHADOW_S) -> GatedRun:
+              shadow_s: float = GATE_SHADOW_S, forward_done: Optional[Callable[[], bool]] = None) -> GatedRun:
     """The judge's part of one timed run, from just after its request went out: open the gate on the
     runner's `returned` (or after `shadow_s`), then poll the end. `returned_soon(s)`: whether a message is
     there within s seconds; `receive_returned()`: that message (raises on anything else, e.g. the runner's
@@ -137,7 +152,8 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
     GATE_RETURN_LOOK_S, and reads it only after the end (or GATE_AFTER_RETURN_S on), so an end is timed when
     it comes, not when the message is read. Until the started word shows, each poll reads it too: when the
     stream passed the gate (how long the GPU took to see the gate open differs by what the run's stream did
-    while it waited: timing.gate_report)."""
+    while it waited: timing.gate_report). `forward_done()`: whether the runner's done word shows this run (None
+    where it writes none); each poll reads it until it shows, before the end (see the module's docstring)."""
     opened_by, held, returned = "shadow", None, False
     try:
         if returned_soon(shadow_s):
@@ -152,12 +168,15 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
         open_gate()
     pending = not end_done()
     done = not pending
-    look_at, waiting_since, passed_at = go + GATE_RETURN_LOOK_S, None, None
+    look_at, waiting_since, passed_at, done_at = go + GATE_RETURN_LOOK_S, None, None, None
     watch_pass = passed_gate is not None and pending
+    watch_done = forward_done is not None and pending
     while not done and time.perf_counter() < deadline:
         now = time.perf_counter()
         if watch_pass and passed_gate():  # read before the end: a pass seen with the end is not timed
             passed_at, watch_pass = now, False
+        if watch_done and forward_done():  # read before the end too: seen with it, it is timed with it
+            done_at, watch_done = now, False
         if not returned and now >= look_at:
             # Once `returned` is there, forward's launches are all queued and the end is near. Reading the
             # message (tens of us) while the end lands would time the end late, an honest run looking shaved
@@ -174,4 +193,5 @@ def gated_run(open_gate: Callable[[], None], end_done: Callable[[], bool], retur
     if not returned:
         receive_returned()
     return GatedRun(opened_by, held, pending, (end - go) * 1e3, end,
-                    pass_ms=None if passed_at is None else (passed_at - go) * 1e3)
+                    pass_ms=None if passed_at is None else (passed_at - go) * 1e3,
+                    done_ms=None if done_at is None else (done_at - go) * 1e3)

@@ -1,9 +1,9 @@
 """Correct: a two-kernel Triton softmax whose forward waits on the GPU between its kernels (`.item()` of one
 element, as LLM-written kernels do: a 4-byte copy, no torch kernel): honest, a little slower, and under the gate
-clock its timed runs are opened by the shadow (forward cannot return before its gate opens). On the H100 such runs
-show the gate's wake-up 13-19 us later than the do-nothing runs (thirteenth session), which flagged this very file
-`suspicious` from the gate's opening; the check from the stream's pass of the gate (kgen.judge.timing.gate_report's
-from_pass) is what must find it honest (not yet run on the GPU: benchmarks/gate_pass_gpu.sh)."""
+clock its timed runs are opened by the shadow (forward cannot return before its gate opens). On the H100 its stream
+runs dry behind the forward, and the end word landed 8-10 us after the end event (fourteenth session), which flagged
+this very file `suspicious`; the runner's done word, written before its end event where the gate is open already
+(kgen.harness.gate.Gate.mark_done), is what the check for a shave times to."""
 import torch
 import torch.nn as nn
 import triton
