@@ -276,3 +276,26 @@ def test_a_yes_of_the_sandbox_probe_is_kept_for_the_next_process_and_asked_again
         assert new_process(True) is True and len(probes) == 4
     finally:
         sandbox._probe_as_nobody.cache_clear()  # later tests probe this machine for real
+
+
+@pytest.mark.parametrize("mode", [SandboxMode.BWRAP, SandboxMode.NONE])
+def test_the_cpu_compile_stages_sandboxes_run_niced_and_the_runners_do_not(mode, monkeypatch):
+    """nvcc builds fill a node's CPUs beside the judge's gate-clock poll: the CPU compile stage's sandboxes
+    (kind "compile" on the CPU) run KGEN_COMPILE_NICE lower (default 10), a runner at the judge's own priority;
+    0 turns it off. Read from the kernel (getpriority) of the processes actually started."""
+    from kgen.judge.spares import start_process
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def niceness(kind: str) -> int:
+        slot = start_process("cpu", mode, kind)
+        try:
+            return os.getpriority(os.PRIO_PROCESS, slot.process.proc.pid)
+        finally:
+            slot.close()
+
+    monkeypatch.delenv("KGEN_COMPILE_NICE", raising=False)
+    assert niceness("compile") == min(19, ours + 10)
+    assert niceness("run") == ours
+    monkeypatch.setenv("KGEN_COMPILE_NICE", "0")
+    assert niceness("compile") == ours

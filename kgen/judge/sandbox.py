@@ -166,6 +166,7 @@ class SandboxSpec:
     writable: list[Path] = field(default_factory=list)   # bound read-write at the same path
     env: dict[str, str] = field(default_factory=dict)    # added to the allow-listed environment
     memory_limit_bytes: Optional[int] = None
+    nice: int = 0  # added to the process's niceness (kgen.judge.spares: the CPU compile stage's builds)
 
 
 def sandbox_env(spec: SandboxSpec, mode: SandboxMode, workdir: str) -> dict[str, str]:
@@ -375,8 +376,10 @@ def probe_record(gpu: bool) -> Optional[Path]:
     return cache_dir() / "sandbox-probe" / f"nobody-{key}"
 
 
-def _limits(memory_limit_bytes: Optional[int]):
+def _limits(memory_limit_bytes: Optional[int], nice: int = 0):
     def apply() -> None:
+        if nice > 0:
+            os.nice(nice)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT_BYTES, FILE_SIZE_LIMIT_BYTES))
         if memory_limit_bytes:
@@ -441,7 +444,7 @@ class SandboxedProcess:
         try:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=pass_fds,
-                                         start_new_session=True, preexec_fn=_limits(spec.memory_limit_bytes),
+                                         start_new_session=True, preexec_fn=_limits(spec.memory_limit_bytes, spec.nice),
                                          **kwargs)
         except OSError as e:
             raise SandboxUnavailable(f"cannot start {module}: {e}") from e
