@@ -45,6 +45,7 @@ timeout -s INT "$limit" python3 -m kgen eval "${what[@]}" --kernelbench "$coll" 
 rc=$?
 ended=$(date +%s.%N)
 sleep 1
+save_db  # first: the DB is what a later call resumes from, and the summaries below can outlast the call
 echo "kgen eval exit code $rc (124/130: stopped at ${limit} s; the run resumes with kgen eval --resume)" | tee -a "$OUT/figures.txt"
 python3 - "$KGEN_DB" "$started" "$ended" "$gpus" "$OUT" "$before" <<'PY' | tee -a "$OUT/figures.txt"
 import sys
@@ -77,5 +78,4 @@ PY
 python3 benchmarks/collection_where.py "$KGEN_DB" | tee "$OUT/where.txt"  # busy share, builds left to the GPU
 python3 -m kgen runs --db "$KGEN_DB" > "$OUT/runs.txt" 2>&1
 python3 -m kgen leaderboard --db "$KGEN_DB" --all > "$OUT/leaderboard.txt" 2>&1
-save_db
 tail -40 "$OUT/summary.txt"
