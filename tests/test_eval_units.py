@@ -2,6 +2,7 @@
 judge's reading of what a runner describes, spare sandboxes, the CUDA build cache, the speed/roofline
 bookkeeping and the CLI's exit codes."""
 
+import contextlib
 import os
 import sys
 import time
@@ -530,3 +531,82 @@ def test_the_repeat_check_says_how_far_apart_two_calls_are():
     nan = first.clone()
     nan[0] = float("nan")
     assert verify.repeat_difference([nan], [nan.clone()]).startswith("0 of 4096")  # NaN where NaN: no change
+
+
+class _RacedJudge:
+    """The judge's timing loop (kgen.judge.timing.TimedRuns.timing) over a stand-in for the GPU runner (mocked: a
+    timed run needs a GPU): each run takes `runner_ms` on its events and 0.2 ms more on the judge's clock, as the
+    do-nothing runs do, so only the race decides when the loop stops. Counts the timed outputs it checks."""
+
+    def __init__(self, runner_ms: float, race_ms):
+        import random
+
+        from kgen.judge.timing import TimedRuns
+
+        self.timed = type("Timed", (TimedRuns,), {})
+        self.rng, self.runner_ms = random.Random(3), runner_ms
+        self.settings = EvalSettings(device="cuda", race_ms=race_ms)
+        self.device, self.checks = "cpu", 0
+        self.evidence = type("Evidence", (), {"details": {}})()
+
+    def run(self):
+        judge = self
+
+        class Watch:
+            null_beside, null_first_beside, overhead_ms, last_gated = [], [], 0.2, None
+
+            def run(self, module, stage):
+                ms = judge.runner_ms * (1 + 0.01 * judge.rng.random())
+                return 1, [], ms + 0.2, ms, {}
+
+            def null_run(self):
+                self.null_beside.append(0.2)
+
+            def gate_report(self, median, runs):
+                return None
+
+        def check_outputs(reply, trial, prefix=""):
+            judge.checks += 1
+            return []
+
+        fake = self.timed.__new__(self.timed)
+        fake.__dict__.update(settings=self.settings, device=self.device, evidence=self.evidence,
+                             left_s=lambda: 100.0, judge_work=contextlib.nullcontext,
+                             references=lambda inputs: ([], []), check_outputs=check_outputs,
+                             inputs_unchanged=lambda inputs: True, errors=lambda: {})
+        return fake.timing(None, Watch())
+
+
+def test_a_clear_loser_stops_timing_after_the_race_runs_and_a_contender_does_not():
+    """EvalSettings.race_ms (a search's best correct time, KGEN_RACE=1): a candidate whose every one of the first
+    RACE_RUNS timed runs is RACE_MARGIN times slower stops there, with at least one of them checked; one within the
+    margin, or without a bound, is timed in full (min_timed_runs and more)."""
+    from kgen.judge.timing import RACE_MARGIN, RACE_RUNS
+
+    lost = _RacedJudge(runner_ms=0.5, race_ms=0.3)
+    stats = lost.run()
+    assert stats["runs"] == RACE_RUNS and stats["checked_runs"] >= 1 and lost.checks == stats["checked_runs"]
+    assert stats["raced"] == {"best_ms": 0.3, "margin": RACE_MARGIN}
+    for race_ms in (0.45, None):  # 0.5 ms is within 1.2x of 0.45: a contender
+        kept = _RacedJudge(runner_ms=0.5, race_ms=race_ms).run()
+        assert kept["runs"] >= 100 and kept["raced"] is None
+
+
+def test_a_search_races_its_best_correct_time_only_when_asked(monkeypatch):
+    """KGEN_RACE=1: each correct result on a GPU lowers the bound the next candidates race (their settings'
+    race_ms); a slower or an incorrect one does not; without the knob, or on the CPU, nothing is raced."""
+    from kgen.search.loop import Search
+
+    def result(outcome, ms):
+        return EvalResult(outcome=outcome, runtime_ms=ms)
+
+    settings = EvalSettings(device="cuda")
+    Search._race_against(settings, result("correct", 0.5))
+    assert settings.race_ms is None
+    monkeypatch.setenv("KGEN_RACE", "1")
+    for outcome, ms in (("correct", 0.5), ("correct", 0.7), ("incorrect", 0.1), ("suspicious", 0.05), ("correct", 0.4)):
+        Search._race_against(settings, result(outcome, ms))
+    assert settings.race_ms == 0.4
+    cpu = EvalSettings(device="cpu")
+    Search._race_against(cpu, result("correct", 0.5))
+    assert cpu.race_ms is None

@@ -92,6 +92,9 @@ class EvalSettings:
     cuda_arch: Optional[str] = None  # e.g. "9.0": what CUDA builds target; None: the visible GPU's, else H100's
     sandbox: str = "bwrap"  # "bwrap" | "none" (--no-sandbox: recorded with every result)
     judge_clock: Optional[str] = None  # GPU timing: "gate" | "events"; None: KGEN_JUDGE_CLOCK, else gate
+    # the best correct time a search has found for this problem and size (KGEN_RACE=1): a candidate whose every
+    # timed run of the first RACE_RUNS is RACE_MARGIN times slower stops timing there (kgen.judge.timing)
+    race_ms: Optional[float] = None
 
 
 @dataclass

@@ -52,6 +52,8 @@ DRIFT_SLACK_MS = 0.25
 # sandboxed judge on the H100 (the end word): honest gaps of -0.5 to +1.3 us against thresholds of 5-12 us.
 GATE_FLOOR_MS = 0.001
 GATE_FLOOR_SHARE = 0.01
+RACE_RUNS = 40  # a raced-out candidate's timed runs: its gate check still has its MIN_GATE_RUNS and nulls
+RACE_MARGIN = 1.2  # ... when even the fastest of them is this many times the best correct time (EvalSettings.race_ms)
 MIN_GATE_RUNS = 10  # held gated runs of each kind for the check; and at least half of the candidate's timed runs
 
 
@@ -71,8 +73,9 @@ class TimedRuns:
         elapsed, wall = [], []
         min_runs, min_s = int(self.settings.min_timed_runs), float(self.settings.min_timed_s)
         started = time.perf_counter()
-        checked, check_every = 0, None
-        while len(elapsed) < MAX_RUNS and (len(elapsed) < min_runs or sum(elapsed) < min_s * 1e3) \
+        checked, check_every, raced = 0, None, False
+        race_ms = _number(getattr(self.settings, "race_ms", None))
+        while not raced and len(elapsed) < MAX_RUNS and (len(elapsed) < min_runs or sum(elapsed) < min_s * 1e3) \
                 and (len(elapsed) < min_runs or time.perf_counter() - started < MAX_TIMED_S):
             if self.left_s() <= 0:
                 raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit "
@@ -89,7 +92,12 @@ class TimedRuns:
                 expected_runs = max(min_runs, min(int(min_s * 1e3 / max(ms, 1e-3)),
                                                   int(MAX_TIMED_S * 1e3 / per_run_ms)))
                 check_every = max(1, expected_runs // CHECKED_TIMED_RUNS)
-            if secrets.randbelow(check_every) == 0:  # which runs are checked is decided after they ran
+            # A search needs the precise time of its contenders, not of a clear loser: once RACE_RUNS runs are all
+            # RACE_MARGIN times slower than the best correct time, timing stops (its median stands on those runs,
+            # and at least one of them is checked: the runner cannot tell which run is the last)
+            raced = race_ms > 0 and len(elapsed) >= RACE_RUNS \
+                and min(elapsed) > RACE_MARGIN * race_ms
+            if secrets.randbelow(check_every) == 0 or (raced and checked == 0):  # decided after the run
                 checked += 1
                 with self.judge_work():
                     trial = Trial(seed, 1.0, (inputs, *self.references(inputs)))
@@ -109,6 +117,7 @@ class TimedRuns:
         stats = {"median_ms": median, "mean_ms": statistics.fmean(ordered), "min_ms": ordered[0],
                  "p10_ms": ordered[len(ordered) // 10], "p90_ms": ordered[(len(ordered) * 9) // 10],
                  "runs": len(ordered), "warmup_runs": warmup, "checked_runs": checked,
+                 "raced": {"best_ms": race_ms, "margin": RACE_MARGIN} if raced else None,
                  "judge_wall_median_ms": statistics.median(wall), "beside_events_ms": round(beside, 4),
                  "overhead_ms": round(watch.overhead_ms, 4), "unexplained_ms": round(beside - watch.overhead_ms, 4),
                  "overhead_from": "interleaved runs of a runner no candidate touched"

@@ -462,10 +462,22 @@ class Search:
                     if before_baselines and baselines_in:  # sent before the baselines were in, back after
                         event.result.set_baselines(settings.baseline_eager_ms, settings.baseline_compile_ms)
                     evaluation_id = queries.add_evaluation(self.db, event.candidate_id, event.result)
+                    self._race_against(settings, event.result)
                     if before_baselines and not baselines_in:
                         early[event.candidate_id] = evaluation_id
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
+
+    @staticmethod
+    def _race_against(settings: EvalSettings, result) -> None:
+        """With KGEN_RACE=1 the candidates judged from now on race the best correct time so far: one clearly
+        slower stops timing after kgen.judge.timing.RACE_RUNS runs (its figure from those; its details say
+        `raced`). Not yet the default: its gain in a search is not measured on a GPU."""
+        if os.environ.get("KGEN_RACE") != "1" or settings.device == "cpu" or result.outcome != "correct":
+            return
+        ms = result.runtime_ms
+        if isinstance(ms, (int, float)) and ms > 0 and (settings.race_ms is None or ms < settings.race_ms):
+            settings.race_ms = float(ms)
 
     def _late_baselines(self, settings: EvalSettings, early: dict[int, int]) -> None:
         """The baselines are in: the evaluations stored before them get their speedups (in the DB and in
