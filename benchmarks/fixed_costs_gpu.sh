@@ -10,6 +10,8 @@
 #            cache cold), then the first starter again (all warm)
 #   search   kgen search --problem softmax --rounds 3 --candidates 8 --language triton (offline proposer):
 #            candidates per GPU-hour of wall time, first result latency, the search's startup figures
+#   race     the same search with KGEN_RACE=1 (clear losers stop timing early): run it beside `search` on one
+#            machine, in either order, and compare the evaluations after the first (search_timeline.py's median)
 #   bench    kgen bench with its defaults -> $OUT/bench-default/ (bench.md has the table of seconds)
 #   judgework  one trial's judge work piece by piece (benchmarks/judge_work.py: inputs, float64 reference, torch's
 #            own error, compare) at softmax's full size: ~15 s. Run it after search: it warms the machine
@@ -73,21 +75,24 @@ PY
       run_eval cold-fresh-db problems/starters/softmax/triton_online_two_pass.py "$db"
       run_eval baselines-in-db problems/starters/softmax/triton_row_in_registers.py "$db"
       run_eval all-warm problems/starters/softmax/triton_online_two_pass.py "$db" ;;
-    search)
-      fresh search
+    search|race)
+      fresh "$step"
       started=$(date +%s.%N)
-      timeout -s INT "$(left)" python3 -m kgen search --problem softmax --rounds 3 --candidates 8 --language triton \
-        --proposer offline --db "$db" --quiet 2>&1 | quiet_ray | tee "$OUT/search.log" | tail -6
+      KGEN_RACE=$([ "$step" = race ] && echo 1 || echo 0) timeout -s INT "$(left)" python3 -m kgen search \
+        --problem softmax --rounds 3 --candidates 8 --language triton \
+        --proposer offline --db "$db" --quiet 2>&1 | quiet_ray | tee "$OUT/$step.log" | tail -6
       wall=$(python3 -c "print($(date +%s.%N) - $started)")
-      python3 - "$db" "$wall" <<'PY' | tee -a "$log" | tee "$OUT/search-summary.txt"
+      python3 - "$db" "$wall" "$step" <<'PY' | tee -a "$log" | tee "$OUT/$step-summary.txt"
 import json, sqlite3, sys
-db, wall = sys.argv[1], float(sys.argv[2])
+db, wall, step = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 c = sqlite3.connect(db)
 run_id, settings = c.execute("select id, settings from runs order by id desc limit 1").fetchone()
 n, ok = c.execute("select count(*), sum(e.outcome = 'correct') from evaluations e join candidates k "
                   "on k.id = e.candidate_id where k.run_id = ? and e.outcome != 'no_code'", (run_id,)).fetchone()
 startup = json.loads(settings or "{}").get("startup", {})
-print(f"search: {n} evaluated, {ok} correct in {wall:.0f} s of wall time (the command's, Python start to exit): "
+raced = c.execute("select count(*) from evaluations e join candidates k on k.id = e.candidate_id where k.run_id = ? "
+                  "and json_extract(e.details, '$.timing.raced') is not null", (run_id,)).fetchone()[0]
+print(f"{step}: {n} evaluated, {ok} correct ({raced} raced out) in {wall:.0f} s of wall time (the command's, Python start to exit): "
       f"{n / wall * 3600:.0f} candidates per GPU-hour of wall time")
 print(f"  first result {startup.get('first_result_s')} s after the search began (the run's own clock; Python start "
       f"and imports before it are in the wall time)")
@@ -95,9 +100,9 @@ print("  startup (s): " + ", ".join(f"{k} {v}" for k, v in startup.items() if k 
 print("  judge phases summed (s): " + ", ".join(f"{k} {v:.1f}" for k, v in (startup.get("judge_s") or {}).items()))
 PY
       # the evaluator's timeline: gaps between candidates (a profile, nothing compiled yet), first vs the rest
-      python3 benchmarks/search_timeline.py "$db" --wall "$wall" 2>&1 | tee -a "$log" | tee -a "$OUT/search-summary.txt"
+      python3 benchmarks/search_timeline.py "$db" --wall "$wall" 2>&1 | tee -a "$log" | tee -a "$OUT/$step-summary.txt"
       python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-        "$db" "$OUT/search.db" ;;
+        "$db" "$OUT/$step.db" ;;
     judgework)
       timeout "$(left)" python3 benchmarks/judge_work.py --json "$OUT/judge_work.json" 2>&1 | tee -a "$log" ;;
     bench)
