@@ -533,48 +533,51 @@ def test_the_repeat_check_says_how_far_apart_two_calls_are():
     assert verify.repeat_difference([nan], [nan.clone()]).startswith("0 of 4096")  # NaN where NaN: no change
 
 
-class _RacedJudge:
-    """The judge's timing loop (kgen.judge.timing.TimedRuns.timing) over a stand-in for the GPU runner (mocked: a
-    timed run needs a GPU): each run takes `runner_ms` on its events and 0.2 ms more on the judge's clock, as the
-    do-nothing runs do, so only the race decides when the loop stops. Counts the timed outputs it checks."""
+class _FakeWatch:
+    """A stand-in for kgen.judge.timing.Stopwatch over a GPU runner (mocked: a timed run needs a GPU): each run
+    takes `runner_ms` on its events and 0.2 ms more on the judge's clock, as the do-nothing runs do; in the first
+    `disturbed` timings the judge's clock runs 2 ms long (a busy host), which its wall-clock check flags."""
 
-    def __init__(self, runner_ms: float, race_ms):
+    def __init__(self, runner_ms: float, disturbed: int = 0):
         import random
 
+        self.rng, self.runner_ms, self.disturbed = random.Random(3), runner_ms, disturbed
+        self.overhead_ms, self.last_gated, self.timings = 0.2, None, 1
+        self.null_beside, self.null_first_beside = [], []
+
+    def run(self, module, stage):
+        ms = self.runner_ms * (1 + 0.01 * self.rng.random())
+        return 1, [], ms + (2.2 if self.timings <= self.disturbed else 0.2), ms, {}
+
+    def null_run(self):
+        self.null_beside.append(0.2)
+
+    def gate_report(self, median, runs):
+        return None  # today's clock decides (the gate clock's own checks: tests/test_judge_gate_clock.py)
+
+    def restart(self):
+        self.null_beside, self.null_first_beside, self.timings = [], [], self.timings + 1
+
+
+class _FakeJudge:
+    """The judge's timing loop (kgen.judge.timing.TimedRuns) with the judge's own work stubbed: the references
+    (none), the checks of timed outputs (counted, all pass), the time left (plenty)."""
+
+    def __init__(self, race_ms=None):
         from kgen.judge.timing import TimedRuns
 
-        self.timed = type("Timed", (TimedRuns,), {})
-        self.rng, self.runner_ms = random.Random(3), runner_ms
-        self.settings = EvalSettings(device="cuda", race_ms=race_ms)
-        self.device, self.checks = "cpu", 0
-        self.evidence = type("Evidence", (), {"details": {}})()
+        self.checks = 0
+        timed = type("Timed", (TimedRuns,), {})
+        fake = timed.__new__(timed)
+        fake.__dict__.update(settings=EvalSettings(device="cuda", race_ms=race_ms), device="cpu",
+                             evidence=type("Evidence", (), {"details": {}})(), left_s=lambda: 100.0,
+                             judge_work=contextlib.nullcontext, references=lambda inputs: ([], []),
+                             check_outputs=self._check, inputs_unchanged=lambda inputs: True, errors=lambda: {})
+        self.timed_runs = fake
 
-    def run(self):
-        judge = self
-
-        class Watch:
-            null_beside, null_first_beside, overhead_ms, last_gated = [], [], 0.2, None
-
-            def run(self, module, stage):
-                ms = judge.runner_ms * (1 + 0.01 * judge.rng.random())
-                return 1, [], ms + 0.2, ms, {}
-
-            def null_run(self):
-                self.null_beside.append(0.2)
-
-            def gate_report(self, median, runs):
-                return None
-
-        def check_outputs(reply, trial, prefix=""):
-            judge.checks += 1
-            return []
-
-        fake = self.timed.__new__(self.timed)
-        fake.__dict__.update(settings=self.settings, device=self.device, evidence=self.evidence,
-                             left_s=lambda: 100.0, judge_work=contextlib.nullcontext,
-                             references=lambda inputs: ([], []), check_outputs=check_outputs,
-                             inputs_unchanged=lambda inputs: True, errors=lambda: {})
-        return fake.timing(None, Watch())
+    def _check(self, reply, trial, prefix=""):
+        self.checks += 1
+        return []
 
 
 def test_a_clear_loser_stops_timing_after_the_race_runs_and_a_contender_does_not():
@@ -583,13 +586,36 @@ def test_a_clear_loser_stops_timing_after_the_race_runs_and_a_contender_does_not
     margin, or without a bound, is timed in full (min_timed_runs and more)."""
     from kgen.judge.timing import RACE_MARGIN, RACE_RUNS
 
-    lost = _RacedJudge(runner_ms=0.5, race_ms=0.3)
-    stats = lost.run()
+    lost = _FakeJudge(race_ms=0.3)
+    stats = lost.timed_runs.timing(None, _FakeWatch(0.5))
     assert stats["runs"] == RACE_RUNS and stats["checked_runs"] >= 1 and lost.checks == stats["checked_runs"]
     assert stats["raced"] == {"best_ms": 0.3, "margin": RACE_MARGIN}
     for race_ms in (0.45, None):  # 0.5 ms is within 1.2x of 0.45: a contender
-        kept = _RacedJudge(runner_ms=0.5, race_ms=race_ms).run()
+        kept = _FakeJudge(race_ms=race_ms).timed_runs.timing(None, _FakeWatch(0.5))
         assert kept["runs"] >= 100 and kept["raced"] is None
+
+
+def test_a_timing_flagged_suspicious_is_redone_once_and_the_second_decides():
+    """A judge's clock disturbed through one timing (a busy host) flags it; the timing is redone with fresh
+    do-nothing runs, and its honest figure stands, the first verdict kept in the details. Disturbed through both,
+    the second verdict is `suspicious` too. Undisturbed, one timing only."""
+    from kgen.judge.verdict import Verdict
+
+    judge = _FakeJudge()
+    watch = _FakeWatch(0.5, disturbed=1)
+    stats = judge.timed_runs.timed(None, watch)
+    details = judge.timed_runs.evidence.details
+    assert watch.timings == 2 and stats["runs"] >= 100 and 0.5 <= stats["median_ms"] <= 0.505
+    assert "leaves" in details["timing_first"]["message"] and details["timing_first"]["timing"]["clock_gap_ms"] > 1.5
+    assert details["timing"]["clock_gap_ms"] < 0.1
+    judge, watch = _FakeJudge(), _FakeWatch(0.5, disturbed=2)
+    with pytest.raises(Verdict) as raised:
+        judge.timed_runs.timed(None, watch)
+    assert raised.value.outcome == "suspicious" and watch.timings == 2
+    assert "timing_first" in judge.timed_runs.evidence.details
+    judge, watch = _FakeJudge(), _FakeWatch(0.5)
+    judge.timed_runs.timed(None, watch)
+    assert watch.timings == 1 and "timing_first" not in judge.timed_runs.evidence.details
 
 
 def test_a_search_races_its_best_correct_time_only_when_asked(monkeypatch):

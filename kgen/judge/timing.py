@@ -52,6 +52,7 @@ DRIFT_SLACK_MS = 0.25
 # sandboxed judge on the H100 (the end word): honest gaps of -0.5 to +1.3 us against thresholds of 5-12 us.
 GATE_FLOOR_MS = 0.001
 GATE_FLOOR_SHARE = 0.01
+RETIME_MIN_LEFT_S = 30.0  # a timing flagged `suspicious` is redone only with this much of the time limit left
 RACE_RUNS = 40  # a raced-out candidate's timed runs: its gate check still has its MIN_GATE_RUNS and nulls
 RACE_MARGIN = 1.2  # ... when even the fastest of them is this many times the best correct time (EvalSettings.race_ms)
 MIN_GATE_RUNS = 10  # held gated runs of each kind for the check; and at least half of the candidate's timed runs
@@ -60,6 +61,26 @@ MIN_GATE_RUNS = 10  # held gated runs of each kind for the check; and at least h
 class TimedRuns:
     """The Judge's timing of a candidate that passed its trials: a part of kgen.judge.judge.Judge, which mixes
     it in (it uses the Judge's state and its references, check_outputs, inputs_unchanged and judge_work)."""
+
+    def timed(self, slot: RunnerSlot, watch: Stopwatch) -> dict[str, Any]:
+        """timing(), and once more where its clock check says `suspicious`: a judge whose host or GPU was
+        disturbed for part of a timing (nvcc builds filling the node's CPUs beside a collection: honest candidates
+        flagged by 28 us to 1.9 ms on the H100, fourteenth session) meets it again only if the disturbance lasts,
+        while a runner whose events lie is flagged again (a shave is in every run). The second timing decides,
+        its figure included; the first one's verdict stays in the details (`timing_first`)."""
+        try:
+            return self.timing(slot, watch)
+        except Verdict as first:
+            if first.outcome != Outcome.SUSPICIOUS.value or self.left_s() < RETIME_MIN_LEFT_S:
+                raise
+            details = self.evidence.details
+            kept = {"message": first.message, "timing": _brief(details.get("timing")),
+                    "judge_clock": _brief(details.get("judge_clock"))}
+            watch.restart()
+            try:
+                return self.timing(slot, watch)
+            finally:
+                details["timing_first"] = kept
 
     def timing(self, slot: RunnerSlot, watch: Stopwatch) -> dict[str, Any]:
         """Time the candidate: fresh inputs for every run, drawn and written by the judge; L2 flushed by
@@ -210,6 +231,11 @@ class ClockCheck:
         return self.gap_ms > self.threshold_ms or (self.two_sided and self.gap_ms < -self.threshold_ms)
 
 
+def _brief(part: Any) -> Any:
+    """A details dict without its per-run lists (what a first timing's verdict keeps)."""
+    return {k: v for k, v in part.items() if not isinstance(v, list)} if isinstance(part, dict) else part
+
+
 def _median_standard_error(values: list[float]) -> float:
     """The standard error of a sample's median, from its MAD: 1.4826·MAD estimates σ for normal data
     (and ignores the outliers a context switch or a page fault makes), and a median's standard error is
@@ -274,7 +300,7 @@ class Stopwatch:
         self.judge, self.slot, self.device = judge, slot, judge.device
         self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=self.device)
         self.probe = torch.zeros(1, device=self.device)
-        self.overhead_ms = 0.0
+        self.overhead_ms = self.calibrated_ms = 0.0
         self.null_beside: list[float] = []
         self.null_first_beside: list[float] = []  # the first of each pair: the reference runner waking up
         self.reference: Optional[RunnerSlot] = None  # a second runner that never sees candidate code
@@ -457,8 +483,16 @@ class Stopwatch:
                 beside.append(wall_ms - ms)
                 if self.last_gated is not None:
                     self.gate_calibration.append(self.last_gated)
-        self.overhead_ms = statistics.median(beside)
+        self.overhead_ms = self.calibrated_ms = statistics.median(beside)
         return self.overhead_ms
+
+    def restart(self) -> None:
+        """Forget the timed runs and the do-nothing runs beside them, for a second timing (TimedRuns.timed);
+        the calibration, made before the candidate was loaded, stays."""
+        self.gate_candidate, self.gate_null = [], []
+        self.null_beside, self.null_first_beside = [], []
+        self.last_gated = None
+        self.overhead_ms = self.calibrated_ms
 
     def null_run(self) -> None:
         """Do-nothing runs on the reference runner, between the candidate's runs: the overhead under the
