@@ -45,8 +45,9 @@ class RunnerSlot:
 def compile_nice() -> int:
     """How much lower the CPU compile stage's sandboxes run (their nvcc builds, 60-120 s each, fill every CPU a
     node has): KGEN_COMPILE_NICE, else 10. A judge polling its gate clock beside them must get its CPU on time:
-    on the 2-GPU H100 box, with 246 builds beside the evaluations, honest candidates read 28 us to 1.9 ms
-    slower on the judge's clock than on their own events (fourteenth session), and were `suspicious`."""
+    on the H100 box a collection entry judged beside 15 builds read 1.67 ms slower on the judge's clock than on
+    its own events (`suspicious`), and was correct in 6 of 6 evaluations on a quiet machine (RESULTS, twelfth and
+    thirteenth sessions)."""
     try:
         return max(0, min(19, int(os.environ.get("KGEN_COMPILE_NICE", "10"))))
     except ValueError:
