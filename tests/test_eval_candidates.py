@@ -225,4 +225,3 @@ def test_starter_kernels_are_correct_on_cpu(eval_home):
     with ThreadPoolExecutor(2) as pool:
         for path, result in pool.map(evaluate, starters):
             assert result.outcome == "correct", f"{path.name}: {result.outcome}: {result.message}"
-

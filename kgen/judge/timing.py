@@ -403,16 +403,17 @@ class Stopwatch:
         if self.gate_errors:
             report["unavailable"] = self.gate_errors
         runs = self.gate_candidate
-        held = [(g.judge_ms, ms) for g, ms in runs if g.held]
+        held_runs = [(g, ms) for g, ms in runs if g.held]
+        held = [(g.judge_ms, ms) for g, ms in held_runs]
         signal = {label: kind.split(" (")[0] for label, kind in self.gate_ends.items()}
-        interleaved = [(g.judge_ms, ms) for g, ms in self.gate_null if g.held] \
+        interleaved = [(g, ms) for g, ms in self.gate_null if g.held] \
             if signal.get("reference runner") == signal.get("candidate's runner") else []
-        nulls, null_runs, null_from = (interleaved, self.gate_null, "interleaved runs of the reference runner") \
+        null_held, null_from = (interleaved, "interleaved runs of the reference runner") \
             if len(interleaved) >= MIN_GATE_RUNS else \
-            ([(g.judge_ms, ms) for g, ms in self.gate_calibration if g.held], self.gate_calibration,
-             "runs before the candidate was loaded")
-        lags = [g.reply_lag_ms for g, _ in runs if g.held and g.reply_lag_ms is not None]
-        null_lags = [g.reply_lag_ms for g, _ in null_runs if g.held and g.reply_lag_ms is not None]
+            ([(g, ms) for g, ms in self.gate_calibration if g.held], "runs before the candidate was loaded")
+        nulls = [(g.judge_ms, ms) for g, ms in null_held]
+        lags = [g.reply_lag_ms for g, _ in held_runs if g.reply_lag_ms is not None]
+        null_lags = [g.reply_lag_ms for g, _ in null_held if g.reply_lag_ms is not None]
         lag = statistics.median(lags) if lags else None
         null_lag = statistics.median(null_lags) if null_lags else None
         report.update(runs=len(runs), held_runs=len(held), timed_runs=timed_runs,
@@ -443,8 +444,7 @@ class Stopwatch:
         # Two ends (kgen.judge.gate_clock): a shave is looked for up to the forward's end (the done word where
         # the runner wrote one: its stream may have run dry, and the end word then lands microseconds after
         # the end event), a judge time shorter than the runner's up to the end word, behind the end event.
-        held_runs = [(g, ms) for g, ms in runs if g.held]
-        null_held = [(g, ms) for g, ms in null_runs if g.held]  # the same runs as `nulls`
+        # (Each side one-sided here: gate_clock_check's own flag is two-sided.)
         shave = gate_clock_check([(g.forward_ms, ms) for g, ms in held_runs],
                                  [(g.forward_ms, ms) for g, ms in null_held], median_ms)
         early = gate_clock_check(held, nulls, median_ms)
