@@ -242,6 +242,12 @@ class Search:
         self.judge_s: dict[str, float] = {}
         self._early_facts: Optional[Future] = None  # this machine's facts, measured while its cluster starts
         self._background: list[Future] = []  # what prepare_beside_cluster_start began (the roofline, the facts)
+        # kgen.search.driver_lane: the first candidate judged here while the cluster starts (begin_beside_cluster_
+        # start); _begun holds the run's opening done meanwhile, _first_jobs the round it proposed
+        self._lane = None
+        self._begun: Optional[Future] = None
+        self._first_jobs: Optional[tuple[int, list]] = None
+        self._lane_jobs: list = []
 
     def prepare_beside_cluster_start(self) -> None:
         """Work that needs no cluster, begun in a thread while a local cluster starts (Ray's start uses CPUs,
@@ -277,12 +283,64 @@ class Search:
         self._early_facts = facts
         self._background.append(_in_background("kgen-prepare", prepare))
 
+    def begin_beside_cluster_start(self) -> None:
+        """With the driver lane (kgen.search.driver_lane.wanted; a new run on a local cluster): its sandboxes start
+        now, and a thread opens the run, proposes the first round and has the lane judge its first Triton
+        candidate while the main thread starts Ray. Call after prepare_beside_cluster_start (whose facts the run
+        states, measured before the lane's judge touches the GPU)."""
+        import torch
+
+        from kgen.search import driver_lane
+
+        gpu = torch.cuda.is_available()
+        # a model's first reply outlasts the cluster's start: nothing to gain there (and Ctrl-C would wait for it);
+        # without the sandbox a candidate could reach its runner's parent, here the search itself
+        if (self.run_id is not None or self.config.proposer == "openai" or self.config.sandbox != "bwrap"
+                or not driver_lane.wanted(gpu)):
+            return
+        self._lane = driver_lane.DriverLane(self.problem, self.config.sandbox, "cuda" if gpu else "cpu")
+        prepared = list(self._background)
+        self._begun = _in_background("kgen-begin", lambda: self._begin_early(gpu, prepared))
+        self._background.append(self._begun)
+
+    def _begin_early(self, gpu: bool, prepared: list[Future]):
+        """What `run` does before its first round that needs no cluster, and the first round's proposals, one of
+        them handed to the lane: (device, settings, baselines thread, rounds done). It waits for the preparation
+        thread first: the facts' ceilings are measured with the GPU to themselves, and no two threads import
+        torch's parts at once (the roofline's meta run, the judge's)."""
+        from kgen.judge.evaluator_facts import this_machine
+        from kgen.search.cluster import evaluator_placement
+        from kgen.search.workers import Device, gpu_device
+
+        for future in prepared:
+            with contextlib.suppress(BaseException):  # the facts' failure is raised by _machine_facts below
+                future.exception()
+        device = gpu_device() if gpu else Device(name="cpu", cuda_arch=None)
+        facts = self._machine_facts() if gpu else this_machine()
+        if gpu:
+            self._since_start("machine_facts_s")
+        import torch
+
+        # the evaluators a local cluster of this machine will have (kgen.search.cluster's placement)
+        resources = {"CPU": float(len(os.sched_getaffinity(0))), "GPU": float(torch.cuda.device_count())}
+        evaluators = evaluator_placement([{"NodeID": "local", "Alive": True, "Resources": resources}]).count
+        settings, baselines, rounds_done = self._begin(device, facts, evaluators)
+        if not STOP_REQUESTED.is_set() and rounds_done < self.config.rounds:
+            self.progress.round_started(rounds_done)
+            jobs = self._round_jobs(rounds_done)
+            if jobs is not None:
+                self._first_jobs = (rounds_done, jobs)
+                self._lane_jobs = self._lane.take(jobs, settings)
+        return device, settings, baselines, rounds_done
+
     def settle_background(self) -> None:
         """Wait for the work begun beside the cluster's start: a search that stops early (the cluster would not
         start) must not leave Python while a thread is inside torch (its exit would abort the process)."""
         for future in self._background:
             with contextlib.suppress(BaseException):
                 future.exception()
+        if self._lane is not None:
+            self._lane.close()
 
     def _machine_facts(self):
         """This machine's facts: those measured while the cluster started, else measured now."""
@@ -349,35 +407,26 @@ class Search:
     def run(self, cluster) -> SearchSummary:
         from kgen.search.workers import Stages
 
-        device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
-        # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured before
-        # the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator below
-        facts = self._machine_facts() if device is not None else None
-        if facts is not None:
-            self._since_start("machine_facts_s")
-        stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash,
-                        prestart=(self.config.sandbox, self.config.language))
-        stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
-        if device is not None:  # the baselines need no evaluator: they start while the evaluators do, and the
-            settings, baselines = self._settings(device.name)  # first round is proposed and compiled meanwhile
+        if self._begun is not None:  # opened (and the first round proposed) while the cluster started
+            device, settings, baselines, rounds_done = self._begun.result()
+            stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash,
+                            prestart=(self.config.sandbox, self.config.language))
+            stages.prestart(self.config.sandbox, self.config.language)
         else:
-            device = stages.device()
-            self._since_start("evaluators_s")
-            settings, baselines = self._settings(device.name)
-        settings.cuda_arch = device.cuda_arch
-        resumed = self.run_id is not None
-        rounds_done = self._open_run(device.name, stages.evaluator_count if device.name != "cpu" else 0)
-        # stored before the first prompt, which reads it back (kgen.store.history), as a resumed run's and
-        # any later render of this run's prompts do
-        queries.set_run_evaluator(self.db, self.run_id, facts or stages.evaluator_facts())
-        self.progress.start(run_id=self.run_id, problem=self.problem.name, size=self.problem.size,
-                            device=device.name, proposer=self.config.proposer, rounds_total=self.config.rounds,
-                            rounds_done=rounds_done, evaluators=stages.evaluator_count, resumed=resumed)
-        self._seed_counts()
-        if device.name == "cpu":
-            self.progress.note(no_gpu_note(self.config.language))
-            if self.problem.size == "full":
-                self.progress.note(FULL_SIZE_ON_CPU_NOTE[0].upper() + FULL_SIZE_ON_CPU_NOTE[1:] + ".")
+            device = self._local_gpu(cluster)  # the evaluators' GPU is this machine's: no need to ask them
+            # the machine the prompts state (kgen.judge.evaluator_facts): with a local GPU this one, measured
+            # before the evaluators' sandboxes start so nothing disturbs its ceilings; else asked of an evaluator
+            facts = self._machine_facts() if device is not None else None
+            if facts is not None:
+                self._since_start("machine_facts_s")
+            stages = Stages(cluster, str(self.problem.path), self.problem.size, self.problem.source_hash,
+                            prestart=(self.config.sandbox, self.config.language))
+            stages.prestart(self.config.sandbox, self.config.language)  # sandboxes start while the baselines compile
+            if device is None:
+                device = stages.device()
+                self._since_start("evaluators_s")
+            settings, baselines, rounds_done = self._begin(device, facts or stages.evaluator_facts(),
+                                                           stages.evaluator_count, stages)
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -390,6 +439,29 @@ class Search:
             self._store_startup()
         queries.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
+
+    def _begin(self, device, facts, evaluators: Optional[int], stages=None):
+        """The run opened (or marked running again) with the machine its prompts state, the progress started, the
+        settings made (and on a GPU the baselines' thread): (settings, baselines thread, rounds done).
+        `evaluators`: how many there are (predicted, for a local cluster not up yet)."""
+        # the baselines need no evaluator: they start while the evaluators do, and the first round is proposed
+        # and compiled meanwhile
+        settings, baselines = self._settings(device.name)
+        settings.cuda_arch = device.cuda_arch
+        resumed = self.run_id is not None
+        rounds_done = self._open_run(device.name, (evaluators or 0) if device.name != "cpu" else 0)
+        # stored before the first prompt, which reads it back (kgen.store.history), as a resumed run's and
+        # any later render of this run's prompts do
+        queries.set_run_evaluator(self.db, self.run_id, facts)
+        self.progress.start(run_id=self.run_id, problem=self.problem.name, size=self.problem.size,
+                            device=device.name, proposer=self.config.proposer, rounds_total=self.config.rounds,
+                            rounds_done=rounds_done, evaluators=evaluators, resumed=resumed)
+        self._seed_counts()
+        if device.name == "cpu":
+            self.progress.note(no_gpu_note(self.config.language))
+            if self.problem.size == "full":
+                self.progress.note(FULL_SIZE_ON_CPU_NOTE[0].upper() + FULL_SIZE_ON_CPU_NOTE[1:] + ".")
+        return settings, baselines, rounds_done
 
     def _rounds(self, stages, settings: EvalSettings, first_round: int, device: str,
                 baselines: Optional[threading.Thread]) -> None:
@@ -410,8 +482,14 @@ class Search:
                 raise KeyboardInterrupt
             while (not exhausted and next_round < self.config.rounds and len(open_rounds) < limit
                    and stages.compiling_count == 0):
-                self.progress.round_started(next_round)
-                jobs = self._round_jobs(next_round)
+                if self._first_jobs is not None and self._first_jobs[0] == next_round:
+                    # proposed while the cluster started (begin_beside_cluster_start); the lane has one of them
+                    jobs, to_stages = self._first_jobs[1], self._lane_jobs
+                    self._first_jobs = None
+                else:
+                    self.progress.round_started(next_round)
+                    jobs = self._round_jobs(next_round)
+                    to_stages = jobs
                 if jobs is None and open_rounds:
                     # Asked ahead, before the open rounds were timed, a proposer can have nothing new yet
                     # (the offline one retunes the best *timed* candidates): ask again once one finishes.
@@ -426,8 +504,12 @@ class Search:
                 limit = max_open
                 open_rounds[next_round] = {job.candidate_id for job in jobs}
                 round_of.update((job.candidate_id, next_round) for job in jobs)
-                for event in stages.submit(jobs, settings):
+                for event in stages.submit(to_stages, settings):
                     self.progress.compiling(event.candidate_id)
+                if len(to_stages) < len(jobs):
+                    self.progress.compiling(self._lane.job.candidate_id)
+                    self.progress.note(f"  candidate {self._lane.job.candidate_id} is judged here, in the driver, "
+                                       "while the evaluators start")
                 self._since_start("first_proposed_s")
                 next_round += 1
             while open_rounds and not open_rounds[min(open_rounds)]:
@@ -445,7 +527,8 @@ class Search:
             baselines_in = baselines is None or not baselines.is_alive()
             if baselines_in and early:
                 self._late_baselines(settings, early)
-            for event in stages.poll():  # every GPU takes candidates: their timed runs and the baselines' take turns
+            # every GPU takes candidates: their timed runs and the baselines' take turns
+            for event in self._lane_events(stages, settings) + stages.poll():
                 if event.kind == "timing":
                     self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)
@@ -467,6 +550,22 @@ class Search:
                         early[event.candidate_id] = evaluation_id
                     self.progress.evaluated(event.candidate_id, event.result, event.candidate_id in timing)
                     open_rounds.get(round_of.pop(event.candidate_id, -1), set()).discard(event.candidate_id)
+
+    def _lane_events(self, stages, settings: EvalSettings) -> list:
+        """The driver lane's events; a candidate it gave up on goes to the stages (said once)."""
+        if self._lane is None:
+            return []
+        from kgen.search.workers import StageEvent
+
+        events, back = self._lane.poll()
+        if self._lane.began is not None:  # on the GPU since then, while the cluster started
+            self.startup.setdefault("first_on_gpu_s", round(self._lane.began - self.started, 3))
+        if self._lane.finished is not None:
+            self.startup.setdefault("lane_result_s", round(self._lane.finished - self.started, 3))
+        if back:
+            stages.submit(back, settings)
+            events += [StageEvent("requeued", job.candidate_id, note=self._lane.note) for job in back]
+        return events
 
     @staticmethod
     def _race_against(settings: EvalSettings, result) -> None:
@@ -710,10 +809,13 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
                           "starting a local Ray cluster and its workers (takes about 5-10 s) ...")
             if not ray_address:  # the roofline and (its evaluators use this machine's GPU) its facts, meanwhile
                 search.prepare_beside_cluster_start()
+                if resume_run_id is None:  # and the first candidate judged here (kgen.search.driver_lane)
+                    search.begin_beside_cluster_start()
             cluster = ray_cluster.connect(ray_address)
             search.startup["ray_start_s"] = round(time.monotonic() - search.started, 3)
         return search.run(cluster)
     except BaseException as e:
+        search.settle_background()  # the run may be opening beside the cluster's start
         if search.run_id is not None:
             status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             try:

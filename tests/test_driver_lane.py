@@ -1,0 +1,157 @@
+"""The driver lane (kgen.search.driver_lane): a new search's first Triton candidate judged in the driver while the
+local Ray cluster starts. On the CPU here it is forced on (KGEN_DRIVER_LANE=1; by default it runs only with a GPU):
+the real CLI, a real local Ray cluster and SQLite file, the candidate under Triton's interpreter in bubblewrap. The
+lane's own rules (which job it takes, what it hands back when kgen's side fails or outlives its deadline) are tested
+on the lane itself, with the judge replaced by stand-ins that fail on purpose and real sandboxes started beside."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kgen.core.records import EvalResult, EvalSettings
+from kgen.search import driver_lane
+from kgen.search.workers import Job
+
+from conftest import REPO, run_kgen
+
+STARTERS = REPO / "problems" / "starters"
+TRITON = (STARTERS / "softmax" / "triton_online_two_pass.py").read_text()
+CUDA = next((STARTERS / "softmax").glob("cuda_*.py")).read_text()
+NO_KERNEL = (REPO / "tests" / "candidates" / "no_kernel.py").read_text()
+LANE_ON = {"KGEN_DRIVER_LANE": "1"}
+
+
+def rows(db, sql: str, *args) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+@pytest.fixture
+def lane():
+    made = []
+
+    def make(judge):
+        made.append(driver_lane.DriverLane(None, "none", "cpu", judge=judge))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def poll_until_settled(lane, timeout_s: float = 20.0) -> tuple[list, list]:
+    events, back = [], []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new, returned = lane.poll()
+        events += new
+        back += returned
+        if back or any(e.kind == "done" for e in events):
+            return events, back
+        time.sleep(0.02)
+    raise AssertionError(f"the lane neither answered nor gave up within {timeout_s} s: {events}")
+
+
+def test_the_lane_takes_the_first_triton_job_and_leaves_the_rest_in_order(lane):
+    seen = {}
+
+    def judge(problem, source, settings, spares):
+        seen["source"], seen["timeout"] = source, settings.timeout_s
+        return EvalResult(outcome="correct")
+
+    one = lane(judge)
+    settings = EvalSettings(device="cpu", timeout_s=7.0)
+    jobs = [Job(1, CUDA), Job(2, NO_KERNEL), Job(3, TRITON), Job(4, TRITON)]
+    assert one.take(jobs, settings) == [jobs[0], jobs[1], jobs[3]]
+    assert one.take([Job(5, TRITON)], settings) == [Job(5, TRITON)]  # one candidate per lane
+    settings.timeout_s = 99.0  # the search changes its settings later: the lane judged with its own copy
+    events, back = poll_until_settled(one)
+    assert back == [] and [e.kind for e in events] == ["timing", "done"]
+    assert events[1].candidate_id == 3 and events[1].result.outcome == "correct"
+    assert events[1].result.details["nodes"]["evaluation"]["lane"] == "driver"
+    assert seen == {"source": TRITON, "timeout": 7.0}
+    assert one.poll() == ([], [])  # said once
+    assert one.began is not None and one.finished >= one.began
+
+
+@pytest.mark.parametrize("failure", ["raises", "harness_error"])
+def test_kgen_failing_in_the_lane_sends_its_candidate_to_the_evaluators(lane, failure):
+    def judge(problem, source, settings, spares):
+        if failure == "raises":
+            raise RuntimeError("the driver's judge broke")
+        return EvalResult(outcome="harness_error", message="kgen's harness failed, not the candidate: pipe closed")
+
+    one = lane(judge)
+    assert one.take([Job(8, TRITON)], EvalSettings(device="cpu")) == []
+    events, back = poll_until_settled(one)
+    assert back == [Job(8, TRITON)] and all(e.kind != "done" for e in events)
+    assert "goes to the evaluators" in one.note
+    assert ("the driver's judge broke" if failure == "raises" else "pipe closed") in one.note
+    assert one.poll() == ([], [])
+
+
+def test_a_lane_past_its_deadline_is_given_up_and_its_late_answer_dropped(lane, monkeypatch):
+    monkeypatch.setattr(driver_lane, "LANE_DEADLINE_S", 0.3)
+    release = {"at": time.monotonic() + 1.5}
+
+    def judge(problem, source, settings, spares):
+        while time.monotonic() < release["at"]:
+            time.sleep(0.02)
+        return EvalResult(outcome="correct")
+
+    one = lane(judge)
+    one.take([Job(9, TRITON)], EvalSettings(device="cpu", timeout_s=0.1))
+    _, back = poll_until_settled(one)
+    assert back == [Job(9, TRITON)] and "outlived its deadline" in one.note
+    time.sleep(max(0.0, release["at"] - time.monotonic()) + 0.3)
+    assert one.finished is not None and one.poll() == ([], [])  # the late result is not handed to the search
+
+
+@pytest.mark.slow
+def test_a_search_s_first_result_comes_from_the_driver_and_every_candidate_is_judged_once(tmp_path):
+    db = tmp_path / "results.db"
+    result = run_kgen("search", "--problem", "softmax", "--rounds", "2", "--candidates", "3", "--language", "triton",
+                      "--size", "small", "--db", str(db), env=LANE_ON)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "candidate 1 is judged here, in the driver, while the evaluators start" in result.stdout
+    per_candidate = rows(db, "SELECT c.id, COUNT(e.id) FROM candidates c LEFT JOIN evaluations e "
+                             "ON e.candidate_id = c.id GROUP BY c.id")
+    assert len(per_candidate) == 6 and {n for _, n in per_candidate} == {1}
+    lanes = {cid: json.loads(details).get("nodes", {}).get("evaluation", {}).get("lane")
+             for cid, details in rows(db, "SELECT candidate_id, details FROM evaluations")}
+    assert lanes == {1: "driver", 2: None, 3: None, 4: None, 5: None, 6: None}
+    assert rows(db, "SELECT outcome FROM evaluations WHERE candidate_id = 1") == [("correct",)]
+    [(settings,)] = rows(db, "SELECT settings FROM runs")
+    startup = json.loads(settings)["startup"]
+    # stored once the loop runs (the cluster up), which is after the driver's judge finished it
+    assert startup["lane_result_s"] <= startup["first_result_s"]
+    assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 2)]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_lane_judges_and_ray_starts_marks_the_run_interrupted(tmp_path):
+    db = tmp_path / "results.db"
+    proc = subprocess.Popen([sys.executable, "-m", "kgen", "search", "--problem", "softmax", "--rounds", "3",
+                             "--candidates", "3", "--language", "triton", "--size", "small", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, **LANE_ON))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the run is opened beside Ray's start, before the cluster is up
+        try:
+            if db.exists() and rows(db, "SELECT COUNT(*) FROM candidates")[0][0] > 0:
+                break
+        except sqlite3.OperationalError:
+            pass
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "kgen search --resume 1" in out
+    assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
