@@ -93,6 +93,23 @@ def search_cmd(
 
     Rounds of propose → compile → verify → time on Ray, every result stored in the results DB.
     """
+    from kgen.search import driver_lane
+
+    # the driver lane's sandboxes import torch beside this process's own import of it (kgen.search.loop's)
+    spares = driver_lane.early_sandboxes("none" if no_sandbox else "bwrap", proposer) \
+        if resume is None and problem is not None and not ray_address else None
+    try:
+        _search(spares, problem, rounds, candidates, proposer, language, size, seed, timeout, db, resume,
+                ray_address, quiet, model, base_url, api_key_env, prompts, replay_db, replay_run, overlap, starters,
+                no_sandbox, price_in, price_out, ncu_budget)
+    finally:
+        if spares is not None:  # the lane's (closed by then), or nobody's: stopped either way
+            spares.close()
+
+
+def _search(spares, problem, rounds, candidates, proposer, language, size, seed, timeout, db, resume, ray_address,
+            quiet, model, base_url, api_key_env, prompts, replay_db, replay_run, overlap, starters, no_sandbox,
+            price_in, price_out, ncu_budget) -> None:
     import signal
     from pathlib import Path
 
@@ -123,7 +140,7 @@ def search_cmd(
     signal.signal(signal.SIGTERM, request_stop)  # `kill` stops as cleanly as Ctrl-C
     try:
         summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
-                             progress=make_progress(quiet, console))
+                             progress=make_progress(quiet, console), lane_spares=spares)
     except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
         print("kgen: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -46,21 +46,37 @@ def wanted(gpu_here: bool) -> bool:
     return setting == "1" or (setting != "0" and gpu_here)
 
 
+def early_sandboxes(sandbox: str, proposer: Optional[str]) -> Any:
+    """The lane's sandboxes (kgen.judge.spares.start_early: a compile step and two runners), started before the
+    search imports torch and loads the problem (`kgen search` calls this first), for a new search that may have
+    the lane: on a cold H100 box the lane's runner was the last thing its first result waited for (runner_start_s
+    3.9 s, started after torch's import and the problem's load). None where it will not: the guess needs no torch
+    (a GPU's device node); the search decides again with torch and its settings resolved, and closes what it does
+    not use (the default proposer may turn out to be openai)."""
+    from kgen.judge.spares import gpu_node_here, start_early
+
+    if sandbox != "bwrap" or proposer == "openai" or not wanted(gpu_node_here()):
+        return None
+    return start_early("triton", None, "bwrap")
+
+
 class DriverLane:
     """One candidate judged in the driver, in a thread of its own; `poll` hands its result to the search loop as
     the stages hand theirs (kgen.search.workers.StageEvent)."""
 
     def __init__(self, problem: Any, sandbox: str, device: str,
-                 judge: Optional[Callable[..., EvalResult]] = None):
+                 judge: Optional[Callable[..., EvalResult]] = None, spares: Any = None):
         """`problem`: the loaded problem (kgen.problems.problem.Problem); `device`: the judge's device ("cuda" or
         "cpu"); `judge(problem, source, settings, spares)`: kgen.judge.evaluate.evaluate_candidate (a test's
-        stand-in may fail on purpose). The sandboxes start now, in a thread."""
+        stand-in may fail on purpose); `spares`: its sandboxes, started earlier (early_sandboxes), else started
+        now, in a thread."""
         from kgen.judge.spares import start_early
 
         self.problem = problem
         self.device = device
         self.judge = judge
-        self.spares = start_early("triton", device, sandbox)  # a compile step and runners, importing torch now
+        # a compile step and runners, importing torch now (a wrong early guess of the device is never taken)
+        self.spares = spares if spares is not None else start_early("triton", device, sandbox)
         self.job = None  # kgen.search.workers.Job, once taken
         self.deadline: Optional[float] = None
         self._thread: Optional[threading.Thread] = None

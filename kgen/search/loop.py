@@ -286,7 +286,7 @@ class Search:
         self._early_facts = facts
         self._background.append(_in_background("kgen-prepare", prepare))
 
-    def begin_beside_cluster_start(self) -> None:
+    def begin_beside_cluster_start(self, spares=None) -> None:
         """With the driver lane (kgen.search.driver_lane.wanted; a new run on a local cluster): its sandboxes start
         now, and a thread opens the run, proposes the first round and has the lane judge its first Triton
         candidate while the main thread starts Ray. Call after prepare_beside_cluster_start (whose facts the run
@@ -300,8 +300,11 @@ class Search:
         # without the sandbox a candidate could reach its runner's parent, here the search itself
         if (self.run_id is not None or self.config.proposer == "openai" or self.config.sandbox != "bwrap"
                 or not driver_lane.wanted(gpu)):
+            if spares is not None:  # started on a guess that torch does not confirm
+                spares.close()
             return
-        self._lane = driver_lane.DriverLane(self.problem, self.config.sandbox, "cuda" if gpu else "cpu")
+        self._lane = driver_lane.DriverLane(self.problem, self.config.sandbox, "cuda" if gpu else "cpu",
+                                            spares=spares)
         prepared = list(self._background)
         self._begun = _in_background("kgen-begin", lambda: self._begin_early(gpu, prepared))
         self._background.append(self._begun)
@@ -778,21 +781,32 @@ def request_stop(signum=None, frame=None) -> None:
 
 def run_search(db: Database | str | None, config: Optional[SearchConfig] = None, *,
                resume_run_id: Optional[int] = None, ray_address: Optional[str] = None,
-               progress: Optional[SearchProgress] = None, cluster=None) -> SearchSummary:
+               progress: Optional[SearchProgress] = None, cluster=None, lane_spares=None) -> SearchSummary:
     """Run (or resume) a search to its end. `db`: an open Database, or a URL/path opened once the
     configuration has been checked (bad input creates no file). `cluster`: a kgen.search.cluster.Cluster the
     caller connected and will shut down (kgen bench runs its searches on one); else one is started or
     joined (`ray_address`) for this search. Ctrl-C marks the run interrupted and re-raises
-    KeyboardInterrupt; any other failure marks it failed and re-raises."""
+    KeyboardInterrupt; any other failure marks it failed and re-raises. `lane_spares`: the driver lane's
+    sandboxes, started before torch was imported (kgen.search.driver_lane.early_sandboxes)."""
     if not isinstance(db, Database):
-        if resume_run_id is None:
-            _check(config)
-        database = open_db(db, create=resume_run_id is None)
+        from kgen.search import driver_lane
+
+        # the driver lane's sandboxes, started by `kgen search` before it imported torch, else now
+        spares = lane_spares if lane_spares is not None else driver_lane.early_sandboxes(
+            config.sandbox, config.proposer) if (config is not None and resume_run_id is None and cluster is None
+                                                 and not ray_address) else None
         try:
-            return run_search(database, config, resume_run_id=resume_run_id, ray_address=ray_address,
-                              progress=progress, cluster=cluster)
+            if resume_run_id is None:
+                _check(config)
+            database = open_db(db, create=resume_run_id is None)
+            try:
+                return run_search(database, config, resume_run_id=resume_run_id, ray_address=ray_address,
+                                  progress=progress, cluster=cluster, lane_spares=spares)
+            finally:
+                database.close()
         finally:
-            database.close()
+            if spares is not None:  # the lane's, or nobody's (no GPU after all): stopped either way
+                spares.close()
 
     from kgen.search import cluster as ray_cluster
 
@@ -814,7 +828,7 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
             if not ray_address:  # the roofline and (its evaluators use this machine's GPU) its facts, meanwhile
                 search.prepare_beside_cluster_start()
                 if resume_run_id is None:  # and the first candidate judged here (kgen.search.driver_lane)
-                    search.begin_beside_cluster_start()
+                    search.begin_beside_cluster_start(lane_spares)
             cluster = ray_cluster.connect(ray_address)
             search.startup["ray_start_s"] = round(time.monotonic() - search.started, 3)
         return search.run(cluster)
