@@ -21,7 +21,7 @@ for spec in "level1/37_FrobeniusNorm_.py:210328ec64c942ec0c70e5ba0c4f203d" \
   ref=${spec%%:*} sol=${spec##*:}
   [ "$(left)" -lt 25 ] && { echo "out of time before $ref" | tee -a "$OUT/quiet.txt"; break; }
   timeout $(( $(left) - 10 )) python3 -m kgen eval "$kb/KernelBench/$ref" "$kb/solutions/$sol.py" --json \
-    --no-baselines > "$OUT/quiet-$sol.json" 2>/dev/null
+    --no-baselines > "$OUT/quiet-$sol.json" 2>"$OUT/quiet-$sol.err"
   python3 - "$OUT/quiet-$sol.json" "$ref" <<'PY' | tee -a "$OUT/quiet.txt"
 import json, sys
 try:
