@@ -155,3 +155,31 @@ def test_ctrl_c_while_the_lane_judges_and_ray_starts_marks_the_run_interrupted(t
     assert proc.returncode == 130, out
     assert "Traceback" not in out and "kgen search --resume 1" in out
     assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
+
+
+@pytest.mark.slow
+def test_a_candidate_judged_in_the_driver_cannot_reach_the_search(tmp_path):
+    """The lane's candidate runs in the driver's sandbox, its ancestors outside it the search itself: one that kills
+    every ancestor it can see is just a correct softmax there, and the search finishes."""
+    from kgen.core.records import Proposal
+    from kgen.store import queries
+    from kgen.store.db import open_db
+
+    killer = (REPO / "tests" / "candidates_search" / "kills_its_ancestors.py").read_text()
+    log = open_db(str(tmp_path / "log.db"))
+    run_id = queries.create_run(log, problem="softmax", problem_path="softmax.py", problem_hash="-", size="small",
+                                proposer="offline", model=None, language="triton", seed=0, rounds=1,
+                                candidates_per_round=2, settings={}, device="cpu")
+    for source in (killer, TRITON):
+        queries.add_proposal(log, Proposal(source=source, proposer="offline", language="triton"), run_id=run_id,
+                             round_index=0, problem="softmax", problem_hash="-")
+    log.close()
+    db = tmp_path / "results.db"
+    result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(tmp_path / "log.db"),
+                      "--rounds", "1", "--candidates", "2", "--size", "small", "--db", str(db), "--quiet", env=LANE_ON)
+    assert result.returncode == 0, result.stdout + result.stderr
+    judged = rows(db, "SELECT c.source, e.outcome, e.details FROM candidates c JOIN evaluations e "
+                      "ON e.candidate_id = c.id ORDER BY c.id")
+    assert [(source == killer, outcome) for source, outcome, _ in judged] == [(True, "correct"), (False, "correct")]
+    assert json.loads(judged[0][2])["nodes"]["evaluation"]["lane"] == "driver"
+    assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 1)]
