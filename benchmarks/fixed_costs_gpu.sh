@@ -90,10 +90,11 @@ run_id, settings = c.execute("select id, settings from runs order by id desc lim
 n, ok = c.execute("select count(*), sum(e.outcome = 'correct') from evaluations e join candidates k "
                   "on k.id = e.candidate_id where k.run_id = ? and e.outcome != 'no_code'", (run_id,)).fetchone()
 startup = json.loads(settings or "{}").get("startup", {})
+gpus = json.loads(settings or "{}").get("gpus") or 1  # the run's evaluators, one per GPU
 raced = c.execute("select count(*) from evaluations e join candidates k on k.id = e.candidate_id where k.run_id = ? "
                   "and json_extract(e.details, '$.timing.raced') is not null", (run_id,)).fetchone()[0]
 print(f"{step}: {n} evaluated, {ok} correct ({raced} raced out) in {wall:.0f} s of wall time (the command's, Python start to exit): "
-      f"{n / wall * 3600:.0f} candidates per GPU-hour of wall time")
+      f"{n / wall * 3600 / gpus:.0f} candidates per GPU-hour of wall time ({gpus} GPU(s))")
 print(f"  first result {startup.get('first_result_s')} s after the search began (the run's own clock; Python start "
       f"and imports before it are in the wall time)")
 print("  startup (s): " + ", ".join(f"{k} {v}" for k, v in startup.items() if k != "judge_s"))

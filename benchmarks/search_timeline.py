@@ -39,11 +39,12 @@ def main() -> None:
         return
     spans.sort()
     first_start, last_end = spans[0][0], max(s[1] for s in spans)
-    merged: list[list] = []  # the union of the evaluations' spans (several evaluators overlap), with who ended each
+    # the union of the evaluations' spans (several evaluators overlap): [start, end, who ended it, who began it]
+    merged: list[list] = []
     for start, end, candidate_id, *_ in spans:
         if merged and start <= merged[-1][1]:
             if end > merged[-1][1]:
-                merged[-1][1:] = [end, candidate_id]
+                merged[-1][1:3] = [end, candidate_id]
         else:
             merged.append([start, end, candidate_id, candidate_id])
     busy = sum(end - start for start, end, *_ in merged)
