@@ -113,6 +113,36 @@ def test_a_lane_past_its_deadline_is_given_up_and_its_late_answer_dropped(lane, 
     assert one.finished is not None and one.poll() == ([], [])  # the late result is not handed to the search
 
 
+def test_closing_the_lane_stops_the_sandbox_its_judge_took_and_hands_out_no_more(lane):
+    """Ctrl-C while the lane judges: closing it kills the (real) sandboxed process its judge took, so the judge
+    returns at once instead of the search waiting for it, and the judge gets no new process after that."""
+    from kgen.judge.verdict import HarnessFault
+
+    seen = {}
+
+    def judge(problem, source, settings, spares):
+        slot = spares.take("cpu", "run")
+        seen["took"] = True
+        deadline = time.monotonic() + 60
+        while slot.process.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["killed"] = not slot.process.alive()
+        with pytest.raises(HarnessFault, match="stopping"):
+            spares.take("cpu", "run")
+        seen["refused"] = True
+        return EvalResult(outcome="correct")
+
+    one = lane(judge)
+    one.take([Job(1, TRITON)], EvalSettings(device="cpu"))
+    deadline = time.monotonic() + 60
+    while "took" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    one.close()
+    assert time.monotonic() - started < 10 < driver_lane.CLOSE_WAIT_S
+    assert seen == {"took": True, "killed": True, "refused": True}
+
+
 @pytest.mark.slow
 def test_a_search_s_first_result_comes_from_the_driver_and_every_candidate_is_judged_once(tmp_path):
     db = tmp_path / "results.db"

@@ -77,6 +77,7 @@ class DriverLane:
         self.judge = judge
         # a compile step and runners, importing torch now (a wrong early guess of the device is never taken)
         self.spares = spares if spares is not None else start_early("triton", device, sandbox)
+        self._judge_spares = _StoppableSpares(self.spares) if self.spares is not None else None
         self.job = None  # kgen.search.workers.Job, once taken
         self.deadline: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
@@ -121,7 +122,7 @@ class DriverLane:
         started = time.time()
         self.began = time.monotonic()
         try:
-            result = (self.judge or self.judge_function)(self.problem, source, settings, self.spares)
+            result = (self.judge or self.judge_function)(self.problem, source, settings, self._judge_spares)
             result.details.setdefault("nodes", {})["evaluation"] = dict(
                 _where(), gpus=_visible_gpu(self.device), start=round(started, 3), end=round(time.time(), 3),
                 lane="driver")
@@ -171,13 +172,52 @@ class DriverLane:
         return [self.job]
 
     def close(self) -> None:
-        """Stop the lane's sandboxes, and give a judge still running a moment to leave torch (a thread inside it
-        when Python exits aborts the process)."""
+        """Stop the lane's sandboxes, those its judge took included (a search stopped by Ctrl-C while the lane
+        judges: its runner gone, the judge returns at once), and give a judge still running a moment to leave
+        torch (a thread inside it when Python exits aborts the process)."""
+        if self._judge_spares is not None and self._thread is not None and self._thread.is_alive():
+            self._judge_spares.stop()
         if self.spares is not None:
             with contextlib.suppress(Exception):
                 self.spares.close()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(CLOSE_WAIT_S)
+
+
+class _StoppableSpares:
+    """The lane's spares (kgen.judge.spares.SpareRunners) as its judge sees them: each process the judge takes is
+    remembered, so that stopping the lane can stop them, and none is handed out after that."""
+
+    def __init__(self, spares: Any):
+        self._spares = spares
+        self._taken: list = []
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def take(self, *args, **kwargs):
+        from kgen.judge.verdict import HarnessFault
+
+        with self._lock:
+            if self._stopped:
+                raise HarnessFault("the search is stopping: no new sandbox for the driver's judge")
+        slot = self._spares.take(*args, **kwargs)
+        with self._lock:
+            self._taken.append(slot)
+            stopped = self._stopped
+        if stopped:  # stopped while it started
+            slot.close()
+        return slot
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            taken = list(self._taken)
+        for slot in taken:
+            with contextlib.suppress(Exception):
+                slot.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._spares, name)
 
 
 def _where() -> dict:
