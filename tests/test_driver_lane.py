@@ -153,9 +153,11 @@ def test_a_search_s_first_result_comes_from_the_driver_and_every_candidate_is_ju
     per_candidate = rows(db, "SELECT c.id, COUNT(e.id) FROM candidates c LEFT JOIN evaluations e "
                              "ON e.candidate_id = c.id GROUP BY c.id")
     assert len(per_candidate) == 6 and {n for _, n in per_candidate} == {1}
-    lanes = {cid: json.loads(details).get("nodes", {}).get("evaluation", {}).get("lane")
+    where = {cid: json.loads(details).get("nodes", {}).get("evaluation", {})
              for cid, details in rows(db, "SELECT candidate_id, details FROM evaluations")}
-    assert lanes == {1: "driver", 2: None, 3: None, 4: None, 5: None, 6: None}
+    assert {cid: w.get("lane") for cid, w in where.items()} == {1: "driver", **dict.fromkeys(range(2, 7))}
+    # one candidate per GPU (here: per machine) at a time: no evaluator began one while the driver judged
+    assert min(w["start"] for cid, w in where.items() if cid != 1) >= where[1]["end"]
     assert rows(db, "SELECT outcome FROM evaluations WHERE candidate_id = 1") == [("correct",)]
     [(settings,)] = rows(db, "SELECT settings FROM runs")
     startup = json.loads(settings)["startup"]
@@ -187,29 +189,53 @@ def test_ctrl_c_while_the_lane_judges_and_ray_starts_marks_the_run_interrupted(t
     assert rows(db, "SELECT status FROM runs") == [("interrupted",)]
 
 
-@pytest.mark.slow
-def test_a_candidate_judged_in_the_driver_cannot_reach_the_search(tmp_path):
-    """The lane's candidate runs in the driver's sandbox, its ancestors outside it the search itself: one that kills
-    every ancestor it can see is just a correct softmax there, and the search finishes."""
+def replay_log(path, sources: list[str]):
+    """A results DB whose logged proposals (one round) the replay proposer hands out in this order."""
     from kgen.core.records import Proposal
     from kgen.store import queries
     from kgen.store.db import open_db
 
-    killer = (REPO / "tests" / "candidates_search" / "kills_its_ancestors.py").read_text()
-    log = open_db(str(tmp_path / "log.db"))
+    log = open_db(str(path))
     run_id = queries.create_run(log, problem="softmax", problem_path="softmax.py", problem_hash="-", size="small",
                                 proposer="offline", model=None, language="triton", seed=0, rounds=1,
-                                candidates_per_round=2, settings={}, device="cpu")
-    for source in (killer, TRITON):
+                                candidates_per_round=len(sources), settings={}, device="cpu")
+    for source in sources:
         queries.add_proposal(log, Proposal(source=source, proposer="offline", language="triton"), run_id=run_id,
                              round_index=0, problem="softmax", problem_hash="-")
     log.close()
+    return path
+
+
+def replayed_search(tmp_path, sources: list[str]):
+    log = replay_log(tmp_path / "log.db", sources)
     db = tmp_path / "results.db"
-    result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(tmp_path / "log.db"),
-                      "--rounds", "1", "--candidates", "2", "--size", "small", "--db", str(db), "--quiet", env=LANE_ON)
+    result = run_kgen("search", "--problem", "softmax", "--proposer", "replay", "--from", str(log), "--rounds", "1",
+                      "--candidates", str(len(sources)), "--size", "small", "--db", str(db), "--quiet", env=LANE_ON)
     assert result.returncode == 0, result.stdout + result.stderr
     judged = rows(db, "SELECT c.source, e.outcome, e.details FROM candidates c JOIN evaluations e "
                       "ON e.candidate_id = c.id ORDER BY c.id")
-    assert [(source == killer, outcome) for source, outcome, _ in judged] == [(True, "correct"), (False, "correct")]
-    assert json.loads(judged[0][2])["nodes"]["evaluation"]["lane"] == "driver"
     assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 1)]
+    return [(source, outcome, json.loads(details)["nodes"]["evaluation"]) for source, outcome, details in judged]
+
+
+@pytest.mark.slow
+def test_a_candidate_judged_in_the_driver_cannot_reach_the_search(tmp_path):
+    """The lane's candidate runs in the driver's sandbox, its ancestors outside it the search itself: one that kills
+    every ancestor it can see is just a correct softmax there, and the search finishes."""
+    killer = (REPO / "tests" / "candidates_search" / "kills_its_ancestors.py").read_text()
+    judged = replayed_search(tmp_path, [killer, TRITON])
+    assert [(source == killer, outcome) for source, outcome, _ in judged] == [(True, "correct"), (False, "correct")]
+    assert judged[0][2]["lane"] == "driver"
+
+
+@pytest.mark.slow
+def test_no_evaluator_starts_a_candidate_while_the_driver_judges_one(tmp_path):
+    """One candidate per GPU at a time: an evaluator up while the lane still judges (a forward that sleeps keeps it
+    busy past the evaluators' start) gets its first candidate only once the lane is done."""
+    slow = (REPO / "tests" / "candidates_search" / "slow_forward.py").read_text()
+    judged = replayed_search(tmp_path, [slow, TRITON, TRITON.replace("BLOCK_SIZE = 8192", "BLOCK_SIZE = 512")])
+    assert [outcome for _, outcome, _ in judged] == ["correct"] * 3
+    lane, *others = [where for _, _, where in judged]
+    assert lane["lane"] == "driver" and all("lane" not in w for w in others)
+    assert lane["end"] - lane["start"] > 15  # long enough for the evaluators to come up meanwhile
+    assert min(w["start"] for w in others) >= lane["end"]

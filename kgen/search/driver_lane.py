@@ -19,9 +19,10 @@ restarts), and a Triton candidate (a CUDA one's build belongs on the compile sta
 as the cluster's start). KGEN_DRIVER_LANE=0 turns it off; =1 forces it where there is no GPU (the tests: Triton's
 interpreter on the CPU).
 
-The GPU: the lane's timed runs take the GPU's timing lock (kgen.judge.gpu_lock) as an evaluator's do, so the
-evaluator's warm-up (which holds it) and the baselines never run beside them; an evaluator's untimed work (its
-first candidate's reference and checks) may, as it may beside the baselines' timing.
+The GPU: one candidate per GPU at a time, as everywhere (DESIGN.md, Workers): no evaluator is given a candidate
+while the lane judges (its first reference, fp64 on the GPU, would run beside the lane's timed runs), and the lane's
+timed runs take the GPU's timing lock (kgen.judge.gpu_lock) as an evaluator's do, so the evaluator's warm-up (which
+holds it) and the baselines never run beside them.
 """
 
 from __future__ import annotations

@@ -533,8 +533,11 @@ class Search:
             baselines_in = baselines is None or not baselines.is_alive()
             if baselines_in and early:
                 self._late_baselines(settings, early)
-            # every GPU takes candidates: their timed runs and the baselines' take turns
-            for event in self._lane_events(stages, settings) + stages.poll():
+            # every GPU takes candidates: their timed runs and the baselines' take turns. While the driver lane
+            # judges, no evaluator starts one: an evaluator's untimed work (its first reference, fp64 on the GPU)
+            # would run beside the lane's timed runs, which the GPU's timing lock does not cover
+            lane_events = self._lane_events(stages, settings)
+            for event in lane_events + stages.poll(timing_open=self._lane is None or not self._lane.busy):
                 if event.kind == "timing":
                     self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)
