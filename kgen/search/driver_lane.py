@@ -7,9 +7,10 @@ the GPU (it measures this machine's ceilings as the search starts), the problem,
 starts: here it starts one evaluation's sandboxes at once, and judges the first round's first Triton candidate
 itself, with the judge the evaluators run (kgen.judge.evaluate.evaluate_candidate: the candidate in its own
 sandboxed process, the same checks, the same timing under the GPU's timing lock), while the main thread starts
-Ray. The other candidates go to the evaluators as before, and the search never waits for the lane: where it
-fails (kgen's harness, not the candidate) or outlives LANE_DEADLINE_S past the candidate's time limit, its
-candidate goes to the evaluators instead and a late answer of the lane's is dropped.
+Ray. The other candidates go to the evaluators as before (the first of them once the lane is done: below), and
+the search does not depend on the lane: where it fails (kgen's harness, not the candidate) or outlives
+LANE_DEADLINE_S past the candidate's time limit, its candidate goes to the evaluators instead and a late answer of
+the lane's is dropped.
 
 Only where it pays and is safe: a new run (a resumed one's first candidates are known only once the cluster is
 up), a local cluster on a machine with a GPU (a joined cluster's evaluators may be other machines, with another

@@ -432,7 +432,7 @@ class Search:
                 device = stages.device()
                 self._since_start("evaluators_s")
             settings, baselines, rounds_done = self._begin(device, facts or stages.evaluator_facts(),
-                                                           stages.evaluator_count, stages)
+                                                           stages.evaluator_count)
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -446,7 +446,7 @@ class Search:
         queries.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
-    def _begin(self, device, facts, evaluators: Optional[int], stages=None):
+    def _begin(self, device, facts, evaluators: Optional[int]):
         """The run opened (or marked running again) with the machine its prompts state, the progress started, the
         settings made (and on a GPU the baselines' thread): (settings, baselines thread, rounds done).
         `evaluators`: how many there are (predicted, for a local cluster not up yet)."""
