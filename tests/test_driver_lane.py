@@ -80,6 +80,16 @@ def test_the_lane_takes_the_first_triton_job_and_leaves_the_rest_in_order(lane):
     assert one.began is not None and one.finished >= one.began
 
 
+def test_a_lane_with_no_triton_candidate_stops_its_sandboxes_at_once(lane):
+    one = lane(lambda *args: EvalResult(outcome="correct"))
+    spares = one.spares
+    jobs = [Job(1, CUDA), Job(2, NO_KERNEL)]
+    assert one.take(jobs, EvalSettings(device="cpu")) == jobs
+    assert one.spares is None and spares._starter is None  # closed (its starter let go): none kept for the search
+    assert one.take([Job(3, TRITON)], EvalSettings(device="cpu")) == [Job(3, TRITON)]
+    assert one.poll() == ([], []) and not one.busy
+
+
 @pytest.mark.parametrize("failure", ["raises", "harness_error"])
 def test_kgen_failing_in_the_lane_sends_its_candidate_to_the_evaluators(lane, failure):
     def judge(problem, source, settings, spares):

@@ -118,6 +118,9 @@ class DriverLane:
                                                 name="kgen-driver-lane")
                 self._thread.start()
                 return list(jobs[:k]) + list(jobs[k + 1:])
+        with contextlib.suppress(Exception):  # nothing for the lane (no Triton candidate): its sandboxes go now
+            self.spares.close()
+        self.spares = self._judge_spares = None
         return list(jobs)
 
     def _judge(self, source: str, settings: EvalSettings) -> None:
