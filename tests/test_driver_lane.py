@@ -173,6 +173,9 @@ def test_a_search_s_first_result_comes_from_the_driver_and_every_candidate_is_ju
     startup = json.loads(settings)["startup"]
     # stored once the loop runs (the cluster up), which is after the driver's judge finished it
     assert startup["lane_result_s"] <= startup["first_result_s"]
+    # where each evaluator's start went (the figures the next step on issue 26 is chosen from)
+    starts = startup["evaluator_start"]
+    assert len(starts) == 2 and all(f["init_s"] > 0 and f["process_age_s"] > 0 for f in starts), starts
     assert rows(db, "SELECT status, rounds_done FROM runs") == [("finished", 2)]
 
 

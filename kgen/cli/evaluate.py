@@ -14,6 +14,7 @@ import typer
 from kgen.cli.app import DbOption, NoSandboxOption, _choice, _positive, console
 from kgen.core import fmt
 from kgen.core.errors import KgenError
+from kgen.core.process import process_age_s
 from kgen.core.records import SIZES, verdict_label
 
 
@@ -35,19 +36,6 @@ def _problem_file_exists(problem: str) -> bool:
     if problem.endswith(".py") or os.sep in problem or "/" in problem:
         return Path(problem).expanduser().is_file()
     return (problems_dir() / f"{problem}.py").is_file()
-
-
-def process_age_s() -> Optional[float]:
-    """Seconds since this process started (Linux: /proc): what kgen's own start and imports cost
-    before the evaluation began; None where it cannot tell."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        return round(uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"), 3)
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None, size: Optional[str] = None,

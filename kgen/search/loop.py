@@ -439,6 +439,9 @@ class Search:
             warm_up = stages.warm_up_s() if hasattr(stages, "warm_up_s") else []
             if warm_up:  # each evaluator's one-time judge work, done before its first candidate (Judge.warm_up)
                 self.startup["warm_up_s"] = warm_up
+            started = stages.start_figures() if hasattr(stages, "start_figures") else []
+            if started:  # each evaluator's process age when kgen's code began, and its own start's seconds
+                self.startup["evaluator_start"] = started
             stages.close()
             if stages.first_answer is not None:  # with a local GPU nothing waited for it: when it came
                 self.startup.setdefault("evaluators_s", round(stages.first_answer - self.started, 3))

@@ -158,8 +158,13 @@ class _Evaluator:
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str],
                  prestart: Optional[tuple[str, str]] = None):
         """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing."""
+        from kgen.core.process import process_age_s
         from kgen.judge.sandbox import probe_early
 
+        # where this evaluator's start went (start_figures): its process's age when kgen's code began (Ray's
+        # worker start, its imports), then the problem's load (torch's import included)
+        began = time.monotonic()
+        self._start_figures: dict = {"process_age_s": process_age_s()}
         # kgen.judge.spares.SpareRunners: the next candidate's sandbox imports torch while this one runs
         self.spares = None
         if prestart is not None:
@@ -168,6 +173,7 @@ class _Evaluator:
         self.problem = (problem, size, source_hash)
         if problem is not None:
             _load(*self.problem)
+        self._start_figures["init_s"] = round(time.monotonic() - began, 3)
         from kgen.judge.heartbeat import Heartbeat
 
         self.heartbeat = Heartbeat()  # what the judge is doing now: `progress` answers the driver's watchdog from it
@@ -194,6 +200,11 @@ class _Evaluator:
         result.details.setdefault("nodes", {})["evaluation"] = dict(
             where_am_i(), gpus=[str(g) for g in ray.get_gpu_ids()], start=round(started, 3), end=round(time.time(), 3))
         return result
+
+    def start_figures(self) -> dict:
+        """How this evaluator's start went (see __init__): its process's age when kgen's code began, and the
+        seconds of its own start (the problem's load, torch's import included)."""
+        return dict(self._start_figures)
 
     def progress(self) -> Progress:
         """What the judge of the evaluation under way is doing (kgen.judge.heartbeat), in the actor's "progress"
@@ -433,6 +444,21 @@ class Stages:
         if hasattr(self.evaluator_class, "warm_up"):
             self._warm_ups = [actor.warm_up.options(concurrency_group="baselines").remote(sandbox, language)
                               for actor in self.actors]
+
+    def start_figures(self) -> list[dict]:
+        """Each evaluator's start figures (_Evaluator.start_figures), asked at the search's end (an evaluator class
+        without them, a test's stand-in, or one that does not answer within 5 s: none)."""
+        import ray
+
+        if not hasattr(self.evaluator_class, "start_figures"):
+            return []
+        refs = [actor.start_figures.options(concurrency_group="progress").remote() for actor in self.actors]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
+        figures = []
+        for ref in done:
+            with contextlib.suppress(Exception):
+                figures.append(ray.get(ref))
+        return figures
 
     def warm_up_s(self) -> list[float]:
         """The seconds of each evaluator's warm-up (Judge.warm_up) that has finished: kept with the run's startup
