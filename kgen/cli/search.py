@@ -93,58 +93,53 @@ def search_cmd(
 
     Rounds of propose → compile → verify → time on Ray, every result stored in the results DB.
     """
+    import contextlib
+
     from kgen.search import driver_lane
 
-    # the driver lane's sandboxes import torch beside this process's own import of it (kgen.search.loop's)
-    spares = driver_lane.early_sandboxes("none" if no_sandbox else "bwrap", proposer) \
-        if resume is None and problem is not None and not ray_address else None
-    try:
-        _search(spares, problem, rounds, candidates, proposer, language, size, seed, timeout, db, resume,
-                ray_address, quiet, model, base_url, api_key_env, prompts, replay_db, replay_run, overlap, starters,
-                no_sandbox, price_in, price_out, ncu_budget)
-    finally:
-        if spares is not None:  # the lane's (closed by then), or nobody's: stopped either way
-            spares.close()
+    with contextlib.ExitStack() as stack:
+        # the driver lane's sandboxes import torch beside this process's own import of it (kgen.search.loop's);
+        # run_search closes them once they are its, this closes them where it never gets that far
+        spares = driver_lane.early_sandboxes("none" if no_sandbox else "bwrap", proposer) \
+            if resume is None and problem is not None and not ray_address else None
+        if spares is not None:
+            stack.callback(spares.close)
 
+        import signal
+        from pathlib import Path
 
-def _search(spares, problem, rounds, candidates, proposer, language, size, seed, timeout, db, resume, ray_address,
-            quiet, model, base_url, api_key_env, prompts, replay_db, replay_run, overlap, starters, no_sandbox,
-            price_in, price_out, ncu_budget) -> None:
-    import signal
-    from pathlib import Path
+        from kgen.search.loop import SearchConfig, run_search
+        from kgen.search.progress import make_progress, summary_lines
 
-    from kgen.search.loop import SearchConfig, run_search
-    from kgen.search.progress import make_progress, summary_lines
+        if resume is None and problem is None:
+            raise KgenError("give --problem (or --resume RUN_ID)")
+        from kgen.store.ledger import flag_prices
 
-    if resume is None and problem is None:
-        raise KgenError("give --problem (or --resume RUN_ID)")
-    from kgen.store.ledger import flag_prices
+        flag_prices(price_in, price_out)  # both or neither; the run stores them for kgen runs, show and report
+        config = None if resume is not None else SearchConfig(
+            problem=problem, rounds=rounds, candidates=candidates, proposer=proposer, language=language, size=size,
+            seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
+            prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
+            replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
+            replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
+            starters_dir=str(Path(starters).absolute()) if starters else None,  # absolute: a resume may start elsewhere
+            price_in=price_in, price_out=price_out, ncu_budget_s=ncu_budget)
+        from kgen.judge.sandbox import SandboxMode, check_sandbox
 
-    flag_prices(price_in, price_out)  # both or neither; the run stores them for kgen runs, show and report
-    config = None if resume is not None else SearchConfig(
-        problem=problem, rounds=rounds, candidates=candidates, proposer=proposer, language=language, size=size,
-        seed=seed, timeout_s=timeout, model=model, base_url=base_url, api_key_env=api_key_env,
-        prompts_dir=str(Path(prompts).absolute()) if prompts else None,  # absolute: a resume may start elsewhere
-        replay_db=str(Path(replay_db).absolute()) if replay_db and "://" not in replay_db else replay_db,
-        replay_run=replay_run, overlap=overlap, sandbox="none" if no_sandbox else "bwrap",
-        starters_dir=str(Path(starters).absolute()) if starters else None,  # absolute: a resume may start elsewhere
-        price_in=price_in, price_out=price_out, ncu_budget_s=ncu_budget)
-    from kgen.judge.sandbox import SandboxMode, check_sandbox
+        if config is not None:
+            check_sandbox(SandboxMode(config.sandbox))
+        from kgen.search.loop import STOP_REQUESTED, request_stop
 
-    if config is not None:
-        check_sandbox(SandboxMode(config.sandbox))
-    from kgen.search.loop import STOP_REQUESTED, request_stop
+        STOP_REQUESTED.clear()
+        signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGTERM, request_stop)  # `kill` stops as cleanly as Ctrl-C
+        try:
+            summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
+                                 progress=make_progress(quiet, console), lane_spares=spares)
+        except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
+            print("kgen: interrupted", file=sys.stderr)
+            sys.exit(130)
+        from kgen.store.db import db_option, db_url
 
-    STOP_REQUESTED.clear()
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)  # `kill` stops as cleanly as Ctrl-C
-    try:
-        summary = run_search(db, config, resume_run_id=resume, ray_address=ray_address,
-                             progress=make_progress(quiet, console), lane_spares=spares)
-    except KeyboardInterrupt:  # typer returns, not raises, 130 under standalone_mode=False: exit here
-        print("kgen: interrupted", file=sys.stderr)
-        sys.exit(130)
-    from kgen.store.db import db_option, db_url
-
-    for line in summary_lines(summary, db=db_option(db_url(db))):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        for line in summary_lines(summary, db=db_option(db_url(db))):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)

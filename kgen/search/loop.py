@@ -250,7 +250,6 @@ class Search:
         self._lane = None
         self._begun: Optional[Future] = None
         self._first_jobs: Optional[tuple[int, list]] = None
-        self._lane_jobs: list = []
 
     def prepare_beside_cluster_start(self) -> None:
         """Work that needs no cluster, begun in a thread while a local cluster starts (Ray's start uses CPUs,
@@ -336,7 +335,7 @@ class Search:
             jobs = self._round_jobs(rounds_done)
             if jobs is not None:
                 self._first_jobs = (rounds_done, jobs)
-                self._lane_jobs = self._lane.take(jobs, settings)
+                self._lane.take(jobs, settings)
         return device, settings, baselines, rounds_done
 
     def settle_background(self) -> None:
@@ -492,13 +491,12 @@ class Search:
             while (not exhausted and next_round < self.config.rounds and len(open_rounds) < limit
                    and stages.compiling_count == 0):
                 if self._first_jobs is not None and self._first_jobs[0] == next_round:
-                    # proposed while the cluster started (begin_beside_cluster_start); the lane has one of them
-                    jobs, to_stages = self._first_jobs[1], self._lane_jobs
+                    # proposed while the cluster started (begin_beside_cluster_start); the lane may have one
+                    jobs = self._first_jobs[1]
                     self._first_jobs = None
                 else:
                     self.progress.round_started(next_round)
                     jobs = self._round_jobs(next_round)
-                    to_stages = jobs
                 if jobs is None and open_rounds:
                     # Asked ahead, before the open rounds were timed, a proposer can have nothing new yet
                     # (the offline one retunes the best *timed* candidates): ask again once one finishes.
@@ -513,6 +511,8 @@ class Search:
                 limit = max_open
                 open_rounds[next_round] = {job.candidate_id for job in jobs}
                 round_of.update((job.candidate_id, next_round) for job in jobs)
+                lane_job = self._lane.job if self._lane is not None else None
+                to_stages = [job for job in jobs if job is not lane_job]
                 for event in stages.submit(to_stages, settings):
                     self.progress.compiling(event.candidate_id)
                 if len(to_stages) < len(jobs):
@@ -798,9 +798,9 @@ def run_search(db: Database | str | None, config: Optional[SearchConfig] = None,
         from kgen.search import driver_lane
 
         # the driver lane's sandboxes, started by `kgen search` before it imported torch, else now
-        spares = lane_spares if lane_spares is not None else driver_lane.early_sandboxes(
-            config.sandbox, config.proposer) if (config is not None and resume_run_id is None and cluster is None
-                                                 and not ray_address) else None
+        spares = lane_spares
+        if spares is None and config is not None and resume_run_id is None and cluster is None and not ray_address:
+            spares = driver_lane.early_sandboxes(config.sandbox, config.proposer)
         try:
             if resume_run_id is None:
                 _check(config)

@@ -445,36 +445,32 @@ class Stages:
             self._warm_ups = [actor.warm_up.options(concurrency_group="baselines").remote(sandbox, language)
                               for actor in self.actors]
 
+    @staticmethod
+    def _answers(refs: list, timeout_s: float) -> list:
+        """What the actors asked (`refs`) answered within `timeout_s`; an evaluator that died meanwhile: none."""
+        import ray
+
+        if not refs:
+            return []
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        values = []
+        for ref in done:
+            with contextlib.suppress(Exception):
+                values.append(ray.get(ref))
+        return values
+
     def start_figures(self) -> list[dict]:
         """Each evaluator's start figures (_Evaluator.start_figures), asked at the search's end (an evaluator class
         without them, a test's stand-in, or one that does not answer within 5 s: none)."""
-        import ray
-
         if not hasattr(self.evaluator_class, "start_figures"):
             return []
-        refs = [actor.start_figures.options(concurrency_group="progress").remote() for actor in self.actors]
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
-        figures = []
-        for ref in done:
-            with contextlib.suppress(Exception):
-                figures.append(ray.get(ref))
-        return figures
+        return self._answers([actor.start_figures.options(concurrency_group="progress").remote()
+                              for actor in self.actors], 5)
 
     def warm_up_s(self) -> list[float]:
         """The seconds of each evaluator's warm-up (Judge.warm_up) that has finished: kept with the run's startup
         figures, to see what the first candidate no longer pays."""
-        import ray
-
-        if not self._warm_ups:
-            return []
-        done, _ = ray.wait(self._warm_ups, num_returns=len(self._warm_ups), timeout=0)
-        seconds = []
-        for ref in done:
-            with contextlib.suppress(Exception):  # an evaluator that died meanwhile: no figure
-                value = ray.get(ref)
-                if isinstance(value, (int, float)):
-                    seconds.append(value)
-        return seconds
+        return [v for v in self._answers(self._warm_ups, 0) if isinstance(v, (int, float))]
 
     def _new_actor(self, index: int):
         options = self._reservation.actor_options(index) if self._reservation else self._actor_options
