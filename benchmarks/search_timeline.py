@@ -29,8 +29,12 @@ def main() -> None:
     rows = c.execute("select e.candidate_id, e.outcome, e.details from evaluations e join candidates k "
                      "on k.id = e.candidate_id where k.run_id = ? and e.outcome != 'no_code'", (run_id,)).fetchall()
     spans, phases = [], []
+    setups: dict[str, list[dict]] = {"compile_setup": [], "runner_setup": []}  # the sandboxes' setup steps
     for candidate_id, outcome, details in rows:
         d = json.loads(details or "{}")
+        for key, kept in setups.items():
+            if isinstance(d.get(key), dict) and d[key]:
+                kept.append(d[key])
         ev = (d.get("nodes") or {}).get("evaluation") or {}
         if isinstance(ev.get("start"), (int, float)) and isinstance(ev.get("end"), (int, float)):
             spans.append((ev["start"], ev["end"], candidate_id, outcome, d.get("phases") or {}))
@@ -66,6 +70,12 @@ def main() -> None:
               + ", ".join(f"{n} {statistics.fmean(p.get(n, 0.0) for p in phases):.2f}" for n in names))
         first = spans[0][4]
         print("  the first evaluation's phases (s): " + ", ".join(f"{n} {v:.2f}" for n, v in first.items()))
+    for key, kept in setups.items():  # where the compile step's and the runner's setup went (issue 26)
+        if kept:
+            steps = list(dict.fromkeys(n for k in kept for n in k))
+            print(f"  {key}, mean of {len(kept)} (s): " + ", ".join(
+                f"{n} {statistics.fmean(k.get(n, 0.0) for k in kept):.3f}" for n in steps)
+                + f"; sum {statistics.fmean(sum(k.values()) for k in kept):.3f}")
     if startup:
         print("  startup (s, from the search's start): " + ", ".join(
             f"{k} {v}" for k, v in startup.items() if k != "judge_s"))

@@ -453,6 +453,11 @@ def test_eval_json_says_where_the_seconds_went(tmp_path):
     assert all(isinstance(v, (int, float)) and v >= 0 for v in breakdown.values())
     outside_the_judge = {"startup_s", "load_s", "static_s", "baselines_s", "close_s"}
     assert sum(v for k, v in breakdown.items() if k not in outside_the_judge) <= result["eval_s"] + 0.5
+    # the runner's setup step by step (from its `sealed` message): within the runner's start, as the judge saw it
+    setup = result["details"]["runner_setup"]
+    assert {"bind", "arena", "gate", "kernels_copy", "install", "events", "profiler", "seal", "pins"} == set(setup)
+    assert all(isinstance(v, float) and v >= 0 for v in setup.values())
+    assert sum(setup.values()) <= breakdown["runner_start_s"]
 
 
 def test_kgen_eval_starts_each_sandbox_once_and_the_judge_takes_the_prestarted_ones(monkeypatch):

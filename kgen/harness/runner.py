@@ -273,6 +273,42 @@ def _triton_warm_up(device) -> None:
     torch.cuda.synchronize(device)
 
 
+_profiler_warmed = False
+
+
+def _warm_profiler(probe) -> None:
+    """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
+    session, and after the seal no thread can start, so the kernel audit's profile would fail
+    ("Resource temporarily unavailable", seen on the H100). Once per process: a spare runner does it when it is
+    told to warm (_warm_gpu), before its job arrives."""
+    global _profiler_warmed
+    if _profiler_warmed:
+        return
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ["TEARDOWN_CUPTI"] = "0"  # Kineto would tear CUPTI down after each session, and its threads
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]):
+            probe.add_(0)
+            torch.cuda.synchronize(probe.device)
+        _profiler_warmed = True
+    except Exception:  # noqa: BLE001 - the audit reports a profiler that cannot run as not available
+        pass
+
+
+class _SetupMarks:
+    """Seconds since the last mark, per step, into `into` (Runner.setup_s)."""
+
+    def __init__(self, into: dict[str, float]):
+        self.into, self.last = into, perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = perf_counter()
+        self.into[step] = round(self.into.get(step, 0.0) + now - self.last, 4)
+        self.last = now
+
+
 class _NoTrace(contextlib.nullcontext):
     work: ClassVar[dict] = {}
 
@@ -291,6 +327,9 @@ class Runner:
     def __init__(self, channel: Channel, job: RunnerJob, fds: list[int]):
         import torch
 
+        # where the job's setup goes, step by step (sent with `sealed`: the judge keeps it, issue 26)
+        self.setup_s: dict[str, float] = {}
+        mark = _SetupMarks(self.setup_s)
         self.channel = channel
         self.job = job
         self.torch = torch
@@ -312,8 +351,10 @@ class Runner:
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             self._stream = torch.cuda.default_stream(self.device)  # candidates may not switch streams
             self._memory_stats = torch._C._cuda_memoryStats
+        mark("bind")
         self.layout = Layout.from_json(job.layout)
         self.arena = open_arena(job.arena_kind, self.layout.size, fds[0], self.device.index or 0)
+        mark("arena")
         self.gate, self.gate_error = None, None
         if job.gate_index is not None:  # the judge's gate clock (kgen.harness.gate): its page is the 2nd descriptor
             self.gate_error = "no GPU" if not self.cuda else "no gate page was sent" if len(fds) < 2 else None
@@ -327,6 +368,7 @@ class Runner:
                     self.gate_error = f"{type(e).__name__}: {e}"[:500]
         for fd in fds[1:]:
             os.close(fd)
+        mark("gate")
         self.models: dict[str, Any] = {}
         self.files: dict[str, str] = {}
         self.out_regions = [self.layout.regions[name] for name in job.outputs]
@@ -339,6 +381,7 @@ class Runner:
                 if os.path.isdir(source):
                     shutil.copytree(source, os.environ["TRITON_CACHE_DIR"], dirs_exist_ok=True,
                                     copy_function=_copy_if_new)
+        mark("kernels_copy")
         os.environ.update(job.env)
         from kgen.harness.cuda_build import BuildLog
         from kgen.harness.cuda_build import install as install_cuda_builders
@@ -351,13 +394,16 @@ class Runner:
         install_cuda_builders(self.build_log, self.counter.count_extension, allow_build=self.compiling)
         self.recorders = ForbiddenUseRecorder(os.path.join(self.workdir, "kgen_candidate.py"))
         self.recorders.install()
+        mark("install")
         self.probe = torch.zeros(1, device=self.device)
         if self.cuda:
             warm = torch.cuda.Event(enable_timing=True)
             warm.record()
             torch.cuda.synchronize()
+        mark("events")
         if self.cuda and not self.compiling and job.seal:
-            self._warm_profiler()
+            _warm_profiler(self.probe)
+        mark("profiler")
         if not self.compiling and job.seal:
             import ctypes
 
@@ -365,6 +411,7 @@ class Runner:
 
             ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (bubblewrap set it already)
             seccomp.load_no_new_processes(block_threads=job.block_threads)
+        mark("seal")
         self.state = {name: self.arena.tensor(self.layout.regions[region]) for name, region in job.weights.items()}
         # kgen's own stand-in for a candidate whose forward costs nothing: timed before any candidate code
         # exists in this process, it measures what a timed run costs besides the forward
@@ -394,6 +441,7 @@ class Runner:
                                                           "_wait_value", "_launch", "kernel", "end_event",
                                                           "end_pointer", "_write_value", "functions",
                                                           "fingerprint"))
+        mark("pins")
 
     def _c_bindings(self) -> list[tuple[str, Any]]:
         """The C functions a timed run calls outside the candidate's forward, pinned at the C level
@@ -412,20 +460,6 @@ class Runner:
                       ("torch._C._cuda_synchronize", self._synchronize), ("torch._C._cuda_sleep", self._sleep),
                       ("torch._C._cuda_memoryStats", self._memory_stats)]
         return bound
-
-    def _warm_profiler(self) -> None:
-        """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
-        session, and after the seal no thread can start, so the kernel audit's profile would fail
-        ("Resource temporarily unavailable", seen on the H100)."""
-        from torch.profiler import ProfilerActivity, profile
-
-        os.environ["TEARDOWN_CUPTI"] = "0"  # Kineto would tear CUPTI down after each session, and its threads
-        try:
-            with profile(activities=[ProfilerActivity.CUDA]):
-                self.probe.add_(0)
-                self.sync()
-        except Exception:  # noqa: BLE001 - the audit reports a profiler that cannot run as not available
-            pass
 
     def replaced(self, timed: bool = False) -> Optional[str]:
         """What the candidate replaced of what the runner relies on (kgen.harness.pins), or None; after a
@@ -684,7 +718,7 @@ class Runner:
         self.channel.send({"type": "pong"})
 
     def serve(self) -> None:
-        sealed = {"type": "sealed", "versions": _versions()}
+        sealed = {"type": "sealed", "versions": _versions(), "setup_s": self.setup_s}
         if self.job.gate_index is not None:
             sealed["gate"] = self.gate.describe() if self.gate is not None else {"error": self.gate_error}
         self.channel.send(sealed)
@@ -785,6 +819,14 @@ def _start_up() -> dict[str, float]:
     import torch
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
+    # what the job's setup imports, imported now: cpp_extension alone took 0.18 s on the 2-core box,
+    # in the compile step's and the runner's setup, on each candidate's way to the GPU (issue 26)
+    import kgen.harness.cuda_build
+    import kgen.harness.gate
+    import kgen.harness.pins
+    import kgen.harness.trace  # noqa: F401
+    with contextlib.suppress(ImportError):
+        import torch.utils.cpp_extension
     if os.environ.get("KGEN_RUNNER_KIND", "run") == "run":
         from kgen.harness.trace import OpTrace
 
@@ -804,9 +846,11 @@ def _warm_gpu() -> dict[str, float]:
         import torch
 
         torch.cuda.set_device(torch.device(device))
-        torch.zeros(1, device=device)
+        probe = torch.zeros(1, device=device)
         if os.environ.get("TRITON_INTERPRET") != "1":
             _triton_warm_up(torch.device(device))
+        if os.environ.get("KGEN_RUNNER_KIND", "run") == "run":  # the audit's profiler: its threads start now
+            _warm_profiler(probe)
     return {"gpu_s": round(time.perf_counter() - started, 3)}
 
 

@@ -62,7 +62,17 @@ from kgen.judge.heartbeat import Heartbeat
 from kgen.judge.sandbox import SandboxMode
 from kgen.judge.spares import RunnerSlot, SpareRunners, start_process
 from kgen.judge.timing import Stopwatch, TimedRuns
-from kgen.judge.verdict import MESSAGE_CHARS, Evidence, HarnessFault, Trial, Verdict, _number, _Restart, _text
+from kgen.judge.verdict import (
+    MESSAGE_CHARS,
+    Evidence,
+    HarnessFault,
+    Trial,
+    Verdict,
+    _number,
+    _Restart,
+    _text,
+    setup_seconds,
+)
 from kgen.problems.problem import Problem
 
 RUNNER_OUTCOMES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value, Outcome.STATIC_REJECT.value}
@@ -419,6 +429,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
         slot.channel.send(asdict(job), fds=self.job_fds(job))
         sealed = self.receive(slot, "the runner's setup", ("sealed",))
+        self.evidence.details["runner_setup"] = setup_seconds(sealed)
         slot.gate = sealed.get("gate") if isinstance(sealed.get("gate"), dict) else None
         versions = sealed.get("versions")
         if isinstance(versions, dict):

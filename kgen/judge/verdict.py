@@ -75,3 +75,12 @@ def _text(value: Any, limit: int = MESSAGE_CHARS) -> str:
 
 def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def setup_seconds(sealed: dict[str, Any]) -> dict[str, float]:
+    """A sandboxed process's setup, step by step, as its `sealed` message says (kgen.harness.runner.Runner):
+    data from a process that ran no candidate code yet, still read as data (at most 16 numbers)."""
+    steps = sealed.get("setup_s")
+    if not isinstance(steps, dict):
+        return {}
+    return {_text(k, 20): round(_number(v), 4) for k, v in list(steps.items())[:16]}
