@@ -41,18 +41,68 @@ def _node(alive=True, **resources) -> dict:
 
 
 @pytest.mark.parametrize("nodes, count, options", [
-    ([_node(CPU=16, GPU=8), _node(CPU=16, GPU=8)], 16, dict(num_cpus=1, num_gpus=1)),
+    # two evaluators share each GPU (kgen.judge.gpu_lock keeps their timed runs apart), a GPU's CPU split between them
+    ([_node(CPU=16, GPU=8), _node(CPU=16, GPU=8)], 32, dict(num_cpus=0.5, num_gpus=0.5)),
     ([_node(CPU=4), _node(CPU=2, kgen_gpu=1)], 1, dict(num_cpus=1, resources={"kgen_gpu": 1})),
     # kgen_gpu on a GPU node keeps kgen to that many of its GPUs; a kgen_gpu without a GPU is no use there
-    ([_node(CPU=16, GPU=8, kgen_gpu=2), _node(CPU=4, kgen_gpu=3), _node(CPU=16, GPU=8)], 2,
-     dict(num_cpus=1, num_gpus=1, resources={"kgen_gpu": 1})),
+    ([_node(CPU=16, GPU=8, kgen_gpu=2), _node(CPU=4, kgen_gpu=3), _node(CPU=16, GPU=8)], 4,
+     dict(num_cpus=0.5, num_gpus=0.5, resources={"kgen_gpu": 0.5})),
     ([_node(CPU=4), _node(CPU=2)], 5, dict(num_cpus=1)),  # no GPU anywhere: CPU evaluators, one CPU left over
     ([_node(CPU=2)], 2, dict(num_cpus=0.5)),  # a 2-core machine: two evaluators share one CPU, one for compiles
-    ([_node(CPU=4, GPU=2, alive=False), _node(CPU=2, GPU=1)], 1, dict(num_cpus=1, num_gpus=1)),
-], ids=["one-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "two-cores", "dead-nodes-ignored"])
+    ([_node(CPU=4, GPU=2, alive=False), _node(CPU=2, GPU=1)], 2, dict(num_cpus=0.5, num_gpus=0.5)),
+], ids=["two-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "two-cores", "dead-nodes-ignored"])
 def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
     placement = evaluator_placement(nodes)
     assert (placement.count, placement.actor_options) == (count, options)
+
+
+def test_evaluators_per_gpu_is_a_setting_and_a_bad_one_is_one_line(monkeypatch):
+    from kgen.core.errors import KgenError
+
+    nodes = [_node(CPU=16, GPU=8)]
+    monkeypatch.setenv("KGEN_EVALUATORS_PER_GPU", "1")  # one per GPU, a whole GPU and CPU each
+    placement = evaluator_placement(nodes)
+    assert (placement.count, placement.actor_options) == (8, dict(num_cpus=1, num_gpus=1))
+    assert placement.described == "1 per GPU"
+    monkeypatch.setenv("KGEN_EVALUATORS_PER_GPU", "4")
+    assert evaluator_placement(nodes).actor_options == dict(num_cpus=0.25, num_gpus=0.25)
+    monkeypatch.setenv("KGEN_EVALUATORS_PER_GPU", "3")  # stand-ins without a GPU follow the setting too
+    assert evaluator_placement([_node(CPU=4, kgen_gpu=1)]).count == 3
+    monkeypatch.setenv("KGEN_EVALUATORS_PER_GPU", "two")
+    with pytest.raises(KgenError, match="KGEN_EVALUATORS_PER_GPU='two'"):
+        evaluator_placement(nodes)
+
+
+def test_the_evaluators_sharing_a_gpu_are_given_the_same_one_by_ray():
+    """Ray packs each GPU's halves before the next (first fit): the two evaluators of a GPU see the same device.
+    Ray's GPUs are declared here, not real (Ray hands out their ids as it would real ones)."""
+    import logging
+
+    import ray
+
+    from kgen.search.cluster import Reservation
+
+    saved_env = dict(os.environ)
+    ray.init(address="local", num_cpus=3, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
+    try:
+        placement = evaluator_placement([{"NodeID": ray.get_runtime_context().get_node_id(), "Alive": True,
+                                          "Resources": {"CPU": 3.0, "GPU": 2.0}}])
+        reservation = Reservation(placement, wait_s=30)
+
+        @ray.remote
+        class Where:
+            def gpus(self):
+                return ray.get_gpu_ids()
+
+        actors = [Where.options(**reservation.actor_options(i)).remote() for i in range(placement.count)]
+        ids = [tuple(ray.get(a.gpus.remote(), timeout=60)) for a in actors]
+        assert placement.count == 4 and sorted(ids) == [(0,), (0,), (1,), (1,)]
+        reservation.release()
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved_env)
 
 
 def _slots(placement, nodes) -> tuple[list[dict], dict[int, float]]:
@@ -83,13 +133,15 @@ def test_cpu_evaluators_always_leave_a_compile_slot(cpus, evaluators, compiles):
 
 
 def test_gpu_nodes_short_of_cpus_share_them_with_evaluators_and_compile_tasks():
-    nodes = [_node(CPU=1, GPU=1)]  # one CPU: the evaluator and the compile tasks half each
+    nodes = [_node(CPU=1, GPU=1)]  # one CPU: the GPU's two evaluators half of it, the compile tasks the other half
     placement = evaluator_placement(nodes)
-    assert [s.resources for s in placement.evaluators] == [{"CPU": 0.5, "GPU": 1}]
+    assert [s.resources for s in placement.evaluators] == [{"CPU": 0.25, "GPU": 0.5}] * 2
     assert [s.resources for s in placement.compiles] == [{"CPU": 0.5}] and placement.compile_cpus == 0.5
-    nodes = [_node(CPU=4, GPU=8), _node(CPU=2)]  # eight evaluators on four CPUs; the other node compiles
+    placement = evaluator_placement(nodes, per_gpu=1)  # one evaluator: half each
+    assert [s.resources for s in placement.evaluators] == [{"CPU": 0.5, "GPU": 1}]
+    nodes = [_node(CPU=4, GPU=8), _node(CPU=2)]  # sixteen evaluators on four CPUs; the other node compiles
     placement = evaluator_placement(nodes)
-    assert placement.count == 8 and {s.resources["CPU"] for s in placement.evaluators} == {0.5}
+    assert placement.count == 16 and {s.resources["CPU"] for s in placement.evaluators} == {0.25}
     assert [(s.node_id, s.resources) for s in placement.compiles] == [(nodes[1]["NodeID"], {"CPU": 2.0})]
 
 

@@ -77,6 +77,9 @@ from kgen.problems.problem import Problem
 
 RUNNER_OUTCOMES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value, Outcome.STATIC_REJECT.value}
 SANDBOX_START_S = 180.0  # a sandboxed process that has not imported torch by then is a harness fault
+# An evaluation whose planned GPU memory is more than this share of its GPU's holds the GPU alone all through
+# (kgen.judge.gpu_lock): two evaluators share each GPU (kgen.search.cluster), each needing its own
+SHARE_GPU_MEMORY = 0.4
 
 
 class Judge(CompileSteps, Audits, TimedRuns):
@@ -107,6 +110,8 @@ class Judge(CompileSteps, Audits, TimedRuns):
         self._mark = self._last_answer = time.monotonic()
         self._clock_running = False  # the candidate's time limit runs from the end of the reference phase
         self._unpaid_since: Optional[float] = None  # judge work or a GPU-lock wait under way: not the candidate's
+        self._share = None  # the GPU held shared while run() works (gpu_shared), let go for each gpu_alone
+        self._alone_throughout = False  # or held alone all through (gpu_shared: too big to share)
         self.heartbeat.charged_by(self.charged_s)
 
     # -- bookkeeping ---------------------------------------------------------------------------------
@@ -133,8 +138,73 @@ class Judge(CompileSteps, Audits, TimedRuns):
     @contextlib.contextmanager
     def gpu_alone(self, what: str):
         """Hold this GPU's timing lock (kgen.judge.gpu_lock) for a timed measurement: a baseline being
-        timed beside it would skew both. The wait is the judge's, not the candidate's: its deadline moves
-        by it, and the phases leave it out (`gpu_wait_s`)."""
+        timed beside it, or another judge's untimed work on the same GPU, would skew both. The judge's shared
+        hold (gpu_shared) is let go meanwhile and taken again after. The waits are the judge's, not the
+        candidate's: its deadline moves by them, and the phases leave them out (`gpu_wait_s`)."""
+        from kgen.judge import gpu_lock
+
+        if self._alone_throughout:  # held alone for the whole evaluation already (gpu_shared)
+            yield
+            return
+        share = self._share
+        if share is not None:
+            share.let_go()
+        held_lock = gpu_lock.exclusive(gpu_lock.device_uuid(self.device))
+        with contextlib.ExitStack() as stack:
+            self._wait_for_gpu(what, lambda: stack.enter_context(held_lock))
+            yield
+        if share is not None:
+            self._wait_for_gpu(f"after {what}", share.take)
+
+    @contextlib.contextmanager
+    def gpu_shared(self, what: str, after_baselines: bool = True):
+        """Hold this GPU shared (kgen.judge.gpu_lock.Share) for the block but for its gpu_alone parts: this
+        judge's untimed work may run beside another judge's on the same GPU (two evaluators per GPU, the driver
+        lane beside an evaluator), never beside a timed measurement. `after_baselines`: taken only once no
+        baselines wait (they go between evaluations). Nothing is held without a GPU."""
+        from kgen.judge import gpu_lock
+
+        share = gpu_lock.Share(gpu_lock.device_uuid(self.device))
+        if share.uuid is None:
+            yield
+            return
+        if not self._fits_beside_another():  # two such evaluations could run the GPU out of memory: alone
+            with self.gpu_alone(f"{what} (alone: its memory would not fit beside another evaluation's)"):
+                self._alone_throughout = True
+                if self.spares is not None:  # its own spares go on starting while it holds the GPU
+                    self.spares.holding_alone(True)
+                try:
+                    yield
+                finally:
+                    self._alone_throughout = False
+                    if self.spares is not None:
+                        self.spares.holding_alone(False)
+            return
+        self._share = share
+        try:
+            self._wait_for_gpu(what, lambda: share.take(after_baselines=after_baselines))
+            yield
+        finally:
+            self._share = None
+            share.close()
+
+    def _fits_beside_another(self) -> bool:
+        """Whether this evaluation's GPU memory (its plan, verify.gpu_memory_plan, from the problem's shapes on the
+        meta device) is at most SHARE_GPU_MEMORY of its GPU's: else it holds its GPU alone all through (another
+        evaluation beside it could run the GPU out of memory). Unknown: alone."""
+        from kgen.problems.problem import on_device
+
+        try:
+            with on_device("meta"):
+                weights = list(self.problem.module.Model(*self.problem.init_inputs()).state_dict().values())
+            plan = self._memory_plan(weights)
+            return plan.need_bytes <= SHARE_GPU_MEMORY * plan.total_bytes
+        except Exception:  # noqa: BLE001 - the problem's own faults are met (and reported) by the evaluation
+            return False
+
+    def _wait_for_gpu(self, what: str, take: Callable[[], dict]) -> dict:
+        """`take()` a hold on the GPU (it returns {"waited_s", "had"}), its wait kept out of the candidate's time
+        and out of the phases (`gpu_wait_s`)."""
         from kgen.judge import gpu_lock
 
         self.heartbeat.waiting(f"waiting for the GPU's timing lock ({what})", gpu_lock.WAIT_S)
@@ -142,25 +212,22 @@ class Judge(CompileSteps, Audits, TimedRuns):
         if outer:  # the watchdog's charged seconds leave the wait out while it lasts
             self._unpaid_since = time.monotonic()
         try:
-            held_lock = gpu_lock.exclusive(gpu_lock.device_uuid(self.device))
-            held = held_lock.__enter__()
+            held = take()
         except BaseException:
             if outer:
                 self._unpaid_since = None
             raise
-        with contextlib.ExitStack() as stack:  # the lock, entered above so its wait is marked apart, let go here
-            stack.push(held_lock)
-            waited = held["waited_s"]
-            self.deadline += waited
-            if outer:
-                self._unpaid_since = None
-            self.heartbeat.waited()
-            self.heartbeat.step(what)
-            self._mark += waited
-            self.phases["gpu_wait_s"] = round(self.phases.get("gpu_wait_s", 0.0) + waited, 3)
-            if not held["had"]:
-                self.evidence.details.setdefault("gpu_lock", []).append(f"{what}: not had in {waited:.0f} s")
-            yield
+        waited = held["waited_s"]
+        self.deadline += waited
+        if outer:
+            self._unpaid_since = None
+        self.heartbeat.waited()
+        self.heartbeat.step(what)
+        self._mark += waited
+        self.phases["gpu_wait_s"] = round(self.phases.get("gpu_wait_s", 0.0) + waited, 3)
+        if not held["had"]:
+            self.evidence.details.setdefault("gpu_lock", []).append(f"{what}: not had in {waited:.0f} s")
+        return held
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -237,23 +304,27 @@ class Judge(CompileSteps, Audits, TimedRuns):
         """Where the float64 reference runs, decided before the first trial from the problem's shapes
         (verify.GpuMemoryPlan, kept in the details): on the host when even the evaluation's least memory at a
         trial's float64 forward is more than the GPU has, rather than after a trial ran the GPU out of it."""
-        from kgen.problems.problem import TensorSpec
-
-        def meta(spec: TensorSpec) -> torch.Tensor:
-            return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
-
         try:
-            inputs = [meta(s) for s in self.problem.input_specs() if isinstance(s, TensorSpec)]
-            outputs = [meta(s) for s in self.problem.output_specs()]
+            plan = self._memory_plan(list(self.reference.state_dict().values()))
         except Exception:  # noqa: BLE001 - the reference's own run meets the same fault and reports it
             return
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        plan = verify.gpu_memory_plan(inputs, list(self.reference.state_dict().values()), outputs, total)
         self.evidence.details["gpu_memory_plan"] = dict(asdict(plan), need_bytes=plan.need_bytes)
         if not plan.fits:
             verify.reference_on_host(self.reference64)
             self.evidence.details["float64_reference"] = f"on the host, chosen before the first trial: " \
                                                          f"{plan.described()}"
+
+    def _memory_plan(self, weights: list[torch.Tensor]) -> verify.GpuMemoryPlan:
+        """verify.gpu_memory_plan for this problem's shapes (on the meta device) and `weights`, on this GPU."""
+        from kgen.problems.problem import TensorSpec
+
+        def meta(spec: TensorSpec) -> torch.Tensor:
+            return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device="meta")
+
+        inputs = [meta(s) for s in self.problem.input_specs() if isinstance(s, TensorSpec)]
+        outputs = [meta(s) for s in self.problem.output_specs()]
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return verify.gpu_memory_plan(inputs, weights, outputs, total)
 
     @contextlib.contextmanager
     def judge_work(self, what: str = "the judge's own work"):
@@ -558,6 +629,11 @@ class Judge(CompileSteps, Audits, TimedRuns):
         return dict(self.evidence.worst, atol=self.evidence.atol, rtol=getattr(self, "rtol", None))
 
     def run(self) -> dict[str, Any]:
+        """The evaluation, with its GPU held shared throughout but for its timed measurements (gpu_shared)."""
+        with self.gpu_shared("the evaluation's untimed work"):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         from kgen.judge.ablation import ablate_triton_kernels
 
         details = self.evidence.details
@@ -567,6 +643,8 @@ class Judge(CompileSteps, Audits, TimedRuns):
             torch.cuda.reset_peak_memory_stats(self.device)
             if self.spares is not None:  # spares started during the last evaluation make their contexts now,
                 self.spares.warm()  # while this one's reference and compile step run, not during its timing
+                if self._share is not None:  # and they stop while anyone times on this GPU
+                    self.spares.watch_timing(self._share.uuid)
         try:
             trials = self.make_trials()
             self.reference_profile(self.make(trials[0]).inputs)
@@ -645,11 +723,12 @@ class Judge(CompileSteps, Audits, TimedRuns):
         """A first evaluation's one-time work in this process, done with no candidate (on the H100 box the
         first candidate's reference_s was 4.5-5.2 s, each later one's 0.03 s): the CUDA context, cuBLAS and
         the float64 kernels loaded, the operator trace's imports, a reference built, copied to float64 and
-        traced, an arena shared with no one and closed. Under the GPU's timing lock, so the baselines' timed
-        runs (timed while the evaluators start) never run beside it. Returns its seconds."""
+        traced, an arena shared with no one and closed. With the GPU held shared (gpu_shared), so no timed
+        measurement (the baselines', timed while the evaluators start; another judge's) runs beside it, while
+        another evaluator's warm-up on the same GPU may. Returns its seconds."""
         started = time.monotonic()
         try:
-            with self.gpu_alone("warm-up"):
+            with self.gpu_shared("warm-up"):
                 trials = self.make_trials()
                 self.reference_profile(self.make(trials[0]).inputs)
                 self.make_arena(trials[0].inputs)

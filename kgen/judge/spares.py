@@ -114,10 +114,24 @@ class SpareRunners:
     # GPU). A `compile` spare imports less (no operator trace): two evaluations ahead, it was always ready.
     DEPTH: ClassVar[dict[str, int]] = {"run": 6, "compile": 2}
 
-    def __init__(self, mode: SandboxMode, depth: Optional[int] = None):
+    WATCH_S: ClassVar[float] = 0.01  # how often watch_timing looks at the GPU's timing lock
+
+    def __init__(self, mode: SandboxMode, depth: Optional[int] = None, share: int = 1):
+        """`depth`: spares kept per kind (default DEPTH); `share`: evaluators sharing this GPU (kgen.search.cluster):
+        each one's evaluations take about that many times longer, so DEPTH / `share` keeps as far ahead in time
+        (at least one evaluation's processes), and the GPU's memory holds no more waiting contexts than before."""
         self.mode = mode
         self.depth = depth
+        self.share = max(1, int(share))
         self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
+        # why the waiting spares are stopped now ("timing": this judge's own, paused(); "timed": anyone's on the
+        # GPU, watch_timing); stopped while any reason holds. The lock: the watcher's thread signals the queues'
+        # processes while the judge's thread takes from them
+        self._stopped_for: set[str] = set()
+        self._lock = threading.RLock()
+        self._watcher: Optional[threading.Thread] = None
+        self._watching = threading.Event()
+        self._holding_alone = False  # this process's judge holds the GPU alone all through (holding_alone)
         # prestart_in_background's thread: it outlives the processes it started, which bubblewrap's
         # --die-with-parent (PR_SET_PDEATHSIG, a thread's) kills when the thread that started them ends
         self._starter: Optional[threading.Thread] = None
@@ -130,21 +144,36 @@ class SpareRunners:
 
     def take(self, device: str, kind: str = "run") -> RunnerSlot:
         self._settled()
-        queue = self.spares.setdefault((device, kind), [])
         slot = None
-        while queue and slot is None:
-            slot = queue.pop(0)
-            if not slot.process.alive():
-                slot.close()
-                slot = None
+        with self._lock:
+            queue = self.spares.setdefault((device, kind), [])
+            while queue and slot is None:
+                slot = queue.pop(0)
+                if not slot.process.alive():
+                    slot.close()
+                    slot = None
+            if slot is not None:
+                slot.process.pause(False)  # its taker holds the GPU: the watcher may not have seen a timing end yet
         fresh = slot or start_process(device, self.mode, kind)
-        depth = self.depth if self.depth is not None else self.DEPTH.get(kind, 2) if device != "cpu" else 2
+        depth = self.depth if self.depth is not None else self.depth_of(kind) if device != "cpu" else 2
         while len(queue) < depth:  # on a CPU the interpreter's evaluations are long: two spares keep up
             try:
-                queue.append(start_process(device, self.mode, kind))
+                self._keep(queue, start_process(device, self.mode, kind))
             except HarnessFault:
                 break
         return fresh
+
+    def depth_of(self, kind: str) -> int:
+        """The spares of `kind` kept on a GPU: DEPTH, divided among the evaluators sharing it (see __init__)."""
+        one_evaluation = processes_per_evaluation("triton", "cuda").get(kind, 1)
+        return max(one_evaluation, -(-self.DEPTH.get(kind, 2) // self.share))
+
+    def _keep(self, queue: list[RunnerSlot], slot: RunnerSlot) -> None:
+        """A started spare into its queue, stopped at once while its GPU is timed."""
+        with self._lock:
+            queue.append(slot)
+            if self._stopped_for:
+                slot.process.pause(True)
 
     def prestart(self, device: str, counts: dict[str, int]) -> None:
         """Start now, all at once, the processes of each kind one evaluation will take (`counts`): with
@@ -158,7 +187,7 @@ class SpareRunners:
             queue = self.spares.setdefault((device, kind), [])
             while len(queue) < count:
                 try:
-                    queue.append(start_process(device, self.mode, kind))
+                    self._keep(queue, start_process(device, self.mode, kind))
                 except HarnessFault:  # take() starts it then, and reports why it could not
                     break
 
@@ -205,22 +234,57 @@ class SpareRunners:
         CUDA context competes with the timed runs for the CPU that launches their kernels (on the H100 box,
         with four spares starting, every candidate's median came out 3-14% slower)."""
         self._settled()
-        held = [slot for queue in self.spares.values() for slot in queue if slot.process.alive()]
-        for slot in held:
-            slot.process.pause(True)
+        self._stop_for("timing", True)
         try:
             yield
         finally:
-            for slot in held:
-                slot.process.pause(False)
+            self._stop_for("timing", False)
+
+    def _stop_for(self, reason: str, stop: bool) -> None:
+        with self._lock:
+            was = bool(self._stopped_for)
+            (self._stopped_for.add if stop else self._stopped_for.discard)(reason)
+            if bool(self._stopped_for) != was:
+                for queue in self.spares.values():
+                    for slot in queue:
+                        if slot.process.alive():
+                            slot.process.pause(not was)
+
+    def watch_timing(self, uuid: Optional[str]) -> None:
+        """From now on, stop the waiting spares whenever any process times on GPU `uuid` (holds its timing lock
+        alone: this judge, another evaluator sharing the GPU, the driver lane, the baselines), within WATCH_S,
+        and let them go on after: paused() covers only this judge's own timings. Once; no UUID (no GPU): nothing."""
+        if uuid is None or self._watcher is not None:
+            return
+        from kgen.judge import gpu_lock
+
+        def watch() -> None:
+            while not self._watching.wait(self.WATCH_S):
+                with contextlib.suppress(OSError):
+                    self._stop_for("timed", gpu_lock.timed_now(uuid) and not self._holding_alone)
+            self._stop_for("timed", False)
+
+        self._watching.clear()
+        self._watcher = threading.Thread(target=watch, daemon=True, name="kgen-spares-watch")
+        self._watcher.start()
+
+    def holding_alone(self, alone: bool) -> None:
+        """This process's judge holds its GPU alone all through an evaluation (too big to share it): the GPU's
+        timing lock is its own then, and its spares go on starting but for its timed runs (paused())."""
+        self._holding_alone = alone
 
     def close(self) -> None:
         """Stop the spares not taken (a taken one is its judge's to close, before this)."""
         self._settled()
-        for queue in self.spares.values():
-            for slot in queue:
-                slot.close()
-        self.spares.clear()
+        if self._watcher is not None:
+            self._watching.set()
+            self._watcher.join(5)
+            self._watcher = None
+        with self._lock:
+            for queue in self.spares.values():
+                for slot in queue:
+                    slot.close()
+            self.spares.clear()
         if self._starter is not None:
             self._release.set()
             self._starter.join()
@@ -244,7 +308,7 @@ def gpu_node_here() -> bool:
 
 
 def start_in_background(sandbox: str, device: str, counts: dict[str, int],
-                        depth: Optional[int] = None) -> Optional[SpareRunners]:
+                        depth: Optional[int] = None, share: int = 1) -> Optional[SpareRunners]:
     """A SpareRunners of sandbox mode `sandbox` (its name) whose `counts` processes for `device` start now in a
     thread (SpareRunners.prestart_in_background; on a GPU they then make their CUDA contexts), or None for a
     sandbox name that is not one: the caller's own checks say why."""
@@ -252,7 +316,7 @@ def start_in_background(sandbox: str, device: str, counts: dict[str, int],
         mode = SandboxMode(sandbox)
     except ValueError:
         return None
-    spares = SpareRunners(mode, depth=depth)
+    spares = SpareRunners(mode, depth=depth, share=share)
     spares.prestart_in_background(device, counts, warm=device != "cpu")
     return spares
 

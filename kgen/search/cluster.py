@@ -11,7 +11,11 @@ Evaluators (one candidate at a time each) go, in order of preference, to:
 - the `kgen_gpu` custom resource, one evaluator per unit, where any node advertises it
   (`ray start --resources '{"kgen_gpu": 2}'`): to keep kgen off some GPUs, or to stand in for GPUs
   on machines without any (tests, rehearsals; candidates then run in Triton's interpreter);
-- otherwise one evaluator per GPU (`num_gpus=1`, so Ray gives each its own CUDA_VISIBLE_DEVICES);
+- otherwise two evaluators per GPU (`num_gpus=0.5`; Ray packs both halves of a GPU before the next, and
+  gives each its CUDA_VISIBLE_DEVICES): their untimed work (references, compile steps, sandboxes' starts,
+  verification) overlaps, while a timed measurement has the GPU to itself (kgen.judge.gpu_lock: the judge holds
+  its GPU shared but for its timed runs, and alone all through where the two would not fit in its memory).
+  KGEN_EVALUATORS_PER_GPU=N sets how many (evaluators_per_gpu);
 - otherwise, with no GPU anywhere, CPU evaluators under Triton's interpreter.
 Each evaluator takes a CPU of its node (a share of one where the node has fewer); the CPUs left on each
 node are the compile tasks' (one CPU each). The plan is made from each node's own resources and
@@ -30,7 +34,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
@@ -66,6 +70,7 @@ class Placement:
     evaluators: tuple[Slot, ...] = ()
     compiles: tuple[Slot, ...] = ()
     compile_cpus: float = 1.0
+    per_gpu: int = 1  # evaluators sharing each GPU (or kgen_gpu unit)
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,19 @@ class Cluster:
     placement: Placement
 
 
+def evaluators_per_gpu(gpus: bool = True) -> int:
+    """Evaluators that share each GPU (or each kgen_gpu unit): KGEN_EVALUATORS_PER_GPU (1 to 4), else 2 on real
+    GPUs (one candidate's untimed work beside the other's: on the H100 box each evaluation spent about half its
+    seconds outside its timed runs, RESULTS.md) and 1 on kgen_gpu stand-ins without a GPU."""
+    setting = os.environ.get("KGEN_EVALUATORS_PER_GPU", "").strip()
+    if setting:
+        try:
+            return max(1, min(4, int(setting)))
+        except ValueError:
+            raise KgenError(f"KGEN_EVALUATORS_PER_GPU={setting!r}: give a whole number from 1 to 4") from None
+    return 2 if gpus else 1
+
+
 def _node_name(node: dict) -> str:
     return f"{str(node.get('NodeID', '?'))[:8]} ({node.get('NodeManagerAddress', '?')})"
 
@@ -86,13 +104,14 @@ def _bundle(cpus: float, extra: dict) -> dict:
     return {**({"CPU": round(cpus, 4)} if cpus > 0 else {}), **extra}
 
 
-def evaluator_placement(nodes: list[dict]) -> Placement:
+def evaluator_placement(nodes: list[dict], per_gpu: Optional[int] = None) -> Placement:
     """Where evaluators and compile tasks go on a cluster whose nodes are `nodes` (as `ray.nodes()`
     lists them), from each node's own resources: evaluators one per kgen_gpu, else per GPU, else on
     CPUs; each takes a CPU (a share of one where its node has fewer CPUs than evaluators), and the CPUs
     left on each node are the compile tasks'. At least one compile task always fits somewhere: where no
     node has a whole CPU left, the node with the most CPUs shares them between its evaluators and the
-    compile tasks. A cluster without a CPU anywhere is a KgenError that names its nodes."""
+    compile tasks. A cluster without a CPU anywhere is a KgenError that names its nodes. `per_gpu`: evaluators
+    sharing each GPU or kgen_gpu unit (default: evaluators_per_gpu), each taking that share of it."""
     alive = [n for n in nodes if n.get("Alive", True)]
     resources = [n.get("Resources", {}) for n in alive]
     cpus = [float(r.get("CPU", 0)) for r in resources]
@@ -102,26 +121,31 @@ def evaluator_placement(nodes: list[dict]) -> Placement:
                         "start its nodes with CPUs (`ray start --num-cpus N`)")
     gpus = [int(r.get("GPU", 0)) for r in resources]
     stand_ins = [int(r.get(EVALUATOR_RESOURCE, 0)) for r in resources]
-    if any(stand_ins) and any(gpus):  # a real GPU each as well, on the nodes that have both
-        per_node, extra = [min(s, g) for s, g in zip(stand_ins, gpus)], {"GPU": 1, EVALUATOR_RESOURCE: 1}
-        described = f"1 per {EVALUATOR_RESOURCE} with a GPU"
-    elif any(stand_ins):
-        per_node, extra = stand_ins, {EVALUATOR_RESOURCE: 1}
-        described = f"1 per {EVALUATOR_RESOURCE} (no GPU: Triton's interpreter)"
-    elif any(gpus):
-        per_node, extra, described = gpus, {"GPU": 1}, "1 per GPU"
-    else:
+    if not any(stand_ins) and not any(gpus):
         return _cpu_placement(alive, cpus)
-    shares = [min(1.0, c / k) if k else 0.0 for c, k in zip(cpus, per_node)]
-    left = [c - k * e for c, k, e in zip(cpus, per_node, shares)]
+    k = per_gpu if per_gpu is not None else evaluators_per_gpu(gpus=any(gpus))
+    share = round(1 / k, 4)
+    if any(stand_ins) and any(gpus):  # a real GPU each as well, on the nodes that have both
+        per_node, extra = [min(s, g) for s, g in zip(stand_ins, gpus)], {"GPU": share, EVALUATOR_RESOURCE: share}
+        described = f"{k} per {EVALUATOR_RESOURCE} with a GPU"
+    elif any(stand_ins):
+        per_node, extra = stand_ins, {EVALUATOR_RESOURCE: share}
+        described = f"{k} per {EVALUATOR_RESOURCE} (no GPU: Triton's interpreter)"
+    else:
+        per_node, extra, described = gpus, {"GPU": share}, f"{k} per GPU"
+    # each GPU (unit) takes a CPU (a share of one where its node has fewer), split between the evaluators sharing
+    # it: only one of them times at a time
+    units = [min(1.0, c / n) if n else 0.0 for c, n in zip(cpus, per_node)]
+    left = [c - n * e for c, n, e in zip(cpus, per_node, units)]
     if max(left) < 1:  # no whole CPU left anywhere: the biggest node shares its CPUs with the compile tasks
         j = max(range(len(alive)), key=lambda i: cpus[i])
         if per_node[j]:
-            shares[j] = cpus[j] / (per_node[j] + 1)
-        left[j] = cpus[j] - per_node[j] * shares[j]
+            units[j] = cpus[j] / (per_node[j] + 1)
+        left[j] = cpus[j] - per_node[j] * units[j]
+    shares = [round(u / k, 4) for u in units]
     evaluators = tuple(Slot(n["NodeID"], _bundle(e, extra), _node_name(n))
-                       for n, k, e in zip(alive, per_node, shares) for _ in range(k))
-    return _placement(alive, evaluators, left, described)
+                       for n, count, e in zip(alive, per_node, shares) for _ in range(count * k))
+    return replace(_placement(alive, evaluators, left, described), per_gpu=k)
 
 
 def _cpu_placement(alive: list[dict], cpus: list[float]) -> Placement:
@@ -154,9 +178,9 @@ def _placement(alive: list[dict], evaluators: tuple[Slot, ...], left: list[float
     first = evaluators[0].resources
     options = {"num_cpus": first.get("CPU", 0)}
     if "GPU" in first:
-        options["num_gpus"] = 1
+        options["num_gpus"] = first["GPU"]
     if EVALUATOR_RESOURCE in first:
-        options["resources"] = {EVALUATOR_RESOURCE: 1}
+        options["resources"] = {EVALUATOR_RESOURCE: first[EVALUATOR_RESOURCE]}
     return Placement(len(evaluators), options, described, evaluators, compiles,
                      compile_cpus=min(1.0, max(c.resources["CPU"] for c in compiles)))
 
@@ -190,8 +214,9 @@ class Reservation:
         """Evaluator `index`'s Ray options: its slot's resources, in its bundle."""
         resources = dict(self.placement.evaluators[index].resources)
         options: dict = {"num_cpus": resources.pop("CPU", 0), "scheduling_strategy": self._strategy(index)}
-        if resources.pop("GPU", 0):
-            options["num_gpus"] = 1
+        gpu = resources.pop("GPU", 0)
+        if gpu:
+            options["num_gpus"] = gpu  # a share of one where evaluators share their GPU (evaluators_per_gpu)
         if resources:
             options["resources"] = resources
         return options

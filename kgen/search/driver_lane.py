@@ -20,10 +20,9 @@ restarts), and a Triton candidate (a CUDA one's build belongs on the compile sta
 as the cluster's start). KGEN_DRIVER_LANE=0 turns it off; =1 forces it where there is no GPU (the tests: Triton's
 interpreter on the CPU).
 
-The GPU: one candidate per GPU at a time, as everywhere (DESIGN.md, Workers): no evaluator is given a candidate
-while the lane judges (its first reference, fp64 on the GPU, would run beside the lane's timed runs), and the lane's
-timed runs take the GPU's timing lock (kgen.judge.gpu_lock) as an evaluator's do, so the evaluator's warm-up (which
-holds it) and the baselines never run beside them.
+The GPU: the lane's judge holds the GPU as an evaluator's does (kgen.judge.gpu_lock): shared for its untimed work,
+alone for its timed runs, so the evaluators' warm-ups and first candidates go on beside its untimed work, and
+neither they nor the baselines ever run beside its timed runs, nor it beside theirs.
 """
 
 from __future__ import annotations

@@ -536,11 +536,10 @@ class Search:
             baselines_in = baselines is None or not baselines.is_alive()
             if baselines_in and early:
                 self._late_baselines(settings, early)
-            # every GPU takes candidates: their timed runs and the baselines' take turns. While the driver lane
-            # judges, no evaluator starts one: an evaluator's untimed work (its first reference, fp64 on the GPU)
-            # would run beside the lane's timed runs, which the GPU's timing lock does not cover
+            # every GPU takes candidates, the driver lane's included: their timed runs and the baselines' take
+            # turns, their untimed work goes on side by side (kgen.judge.gpu_lock)
             lane_events = self._lane_events(stages, settings)
-            for event in lane_events + stages.poll(timing_open=self._lane is None or not self._lane.busy):
+            for event in lane_events + stages.poll():
                 if event.kind == "timing":
                     self._since_start("first_on_gpu_s")
                     timing.add(event.candidate_id)

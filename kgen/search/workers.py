@@ -3,9 +3,9 @@
 - Compile stage: `compile_candidate` tasks (one CPU each, spread over the cluster's nodes, as many
   at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
   cache.
-- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (one per GPU
-  by default), each evaluating one candidate at a time (in its own process, as
-  `evaluate_candidate` does), so timings never share a GPU.
+- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (two per GPU
+  by default), each evaluating one candidate at a time (in its own process, as `evaluate_candidate` does);
+  the two of a GPU overlap their untimed work, and their timed runs never share it (kgen.judge.gpu_lock).
 
 A candidate runs in a sandboxed process of its own that cannot reach its Ray worker, so a Ray
 worker or node that dies is never the candidate's fault: whatever it had in flight goes back to
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import socket
 import time
 from collections import deque
@@ -153,11 +154,14 @@ def _has_ray_gpu() -> bool:
 
 
 class _Evaluator:
-    """Owns one GPU (or one kgen_gpu, or without GPUs one CPU) and evaluates one candidate at a time on it."""
+    """Owns one GPU (or one kgen_gpu, or without GPUs one CPU), or its share of one, and evaluates one candidate at
+    a time on it."""
 
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str],
-                 prestart: Optional[tuple[str, str]] = None):
-        """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing."""
+                 prestart: Optional[tuple[str, str]] = None, share: int = 1):
+        """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing; `share`: the
+        evaluators sharing this one's GPU (kgen.search.cluster.evaluators_per_gpu): its spares are as many fewer."""
+        self.share = share
         from kgen.core.process import process_age_s
         from kgen.judge.sandbox import probe_early
 
@@ -188,7 +192,7 @@ class _Evaluator:
 
         mode = sandbox_mode(settings)
         if self.spares is None or self.spares.mode is not mode:
-            self.spares = SpareRunners(mode)
+            self.spares = SpareRunners(mode, share=self.share)
         started = time.time()
         loaded = _load(*(problem or self.problem))
         self.heartbeat.begin(_tensor_bytes(*(problem or self.problem)))
@@ -234,14 +238,22 @@ class _Evaluator:
 
         mode = sandbox_mode(EvalSettings(sandbox=sandbox))
         if self.spares is None or self.spares.mode is not mode:
-            self.spares = SpareRunners(mode)
+            self.spares = SpareRunners(mode, share=self.share)
         device = self._judge_device()
+        if device != "cpu":  # stopped while anyone times on this GPU (the driver lane, another evaluator on it)
+            import torch
+
+            from kgen.judge.gpu_lock import device_uuid
+
+            self.spares.watch_timing(device_uuid(torch.device(device)))
         self.spares.prestart(device, self._prestart_counts(device, language))  # what _start_early has not started
         if device != "cpu":
             self.spares.warm()
 
     def _prestart_counts(self, device: str, language: str) -> dict[str, int]:
-        counts = self.PRESTART if device != "cpu" else {"run": 2}
+        # sharing its GPU, an evaluator starts its first evaluation's sandboxes only: the GPU's other evaluator
+        # starts its own, and twice PRESTART at once would slow every one of them
+        counts = (self.PRESTART if self.share == 1 else {"compile": 1, "run": 2}) if device != "cpu" else {"run": 2}
         kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
         return {kind: counts.get(kind, 2) for kind in kinds}
 
@@ -255,7 +267,8 @@ class _Evaluator:
 
         device = "cuda:0" if _has_ray_gpu() else "cpu" if not spares.gpu_node_here() else None
         if device is not None:
-            self.spares = spares.start_in_background(sandbox, device, self._prestart_counts(device, language))
+            self.spares = spares.start_in_background(sandbox, device, self._prestart_counts(device, language),
+                                                     share=self.share)
 
     def warm_up(self, sandbox: str, language: str) -> Optional[float]:
         """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
@@ -285,10 +298,17 @@ class _Evaluator:
     def ncu_profile(self, source: str, settings: EvalSettings, budget_s: float) -> dict:
         """A Nsight Compute profile of a correct candidate (kgen.judge.ncu_profile), or {"unavailable": why}
         when none can be taken here."""
+        import torch
+
+        from kgen.judge import gpu_lock
         from kgen.judge.ncu_profile import NcuUnavailable, profile_candidate
 
+        # its kernels replayed under the profiler: never beside a timed measurement (another evaluator may share
+        # this GPU), nor beside another's untimed work that would skew the profile
+        uuid = gpu_lock.device_uuid() if torch.cuda.is_available() else None
         try:
-            return profile_candidate(_load(*self.problem), source, settings, budget_s)
+            with gpu_lock.exclusive(uuid):
+                return profile_candidate(_load(*self.problem), source, settings, budget_s)
         except NcuUnavailable as e:
             return {"unavailable": str(e)}
 
@@ -417,6 +437,9 @@ class Stages:
         self._actor_options = placement.actor_options
         self._early = {"prestart": prestart} if prestart is not None and hasattr(self.evaluator_class, "prestart") \
             else {}
+        self.per_gpu = placement.per_gpu  # evaluators sharing each GPU: each is told (its spares), and shares memory
+        if self.per_gpu > 1 and "share" in inspect.signature(self.evaluator_class.__init__).parameters:
+            self._early["share"] = self.per_gpu
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
@@ -793,8 +816,9 @@ class Stages:
         return self.actors[index].baselines.options(concurrency_group="baselines").remote(problem, max_autotune)
 
     def gpu_free_bytes(self) -> list[Optional[int]]:
-        """Each evaluator's free GPU memory now (asked in its "baselines" group, beside whatever it does); None
-        for one without a GPU or that does not say (a test's stand-in)."""
+        """Each evaluator's share of its GPU's free memory now (asked in its "baselines" group, beside whatever it
+        does: the free memory divided among the evaluators sharing the GPU); None for one without a GPU or that
+        does not say (a test's stand-in)."""
         import ray
 
         if not hasattr(self.evaluator_class, "gpu_free_bytes"):
@@ -803,7 +827,8 @@ class Stages:
         free: list[Optional[int]] = []
         for ref in refs:
             try:
-                free.append(ray.get(ref, timeout=120))
+                answer = ray.get(ref, timeout=120)
+                free.append(answer // self.per_gpu if isinstance(answer, int) else answer)
             except Exception:  # noqa: BLE001 - an evaluator that died or is slow to start: its count limits it
                 free.append(None)
         return free
