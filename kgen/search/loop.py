@@ -328,8 +328,9 @@ class Search:
 
         # the evaluators a local cluster of this machine will have (kgen.search.cluster's placement)
         resources = {"CPU": float(len(os.sched_getaffinity(0))), "GPU": float(torch.cuda.device_count())}
-        evaluators = evaluator_placement([{"NodeID": "local", "Alive": True, "Resources": resources}]).count
-        settings, baselines, rounds_done = self._begin(device, facts, evaluators)
+        placement = evaluator_placement([{"NodeID": "local", "Alive": True, "Resources": resources}])
+        settings, baselines, rounds_done = self._begin(device, facts, placement.count,
+                                                       placement.count // placement.per_gpu)
         if not STOP_REQUESTED.is_set() and rounds_done < self.config.rounds:
             self.progress.round_started(rounds_done)
             jobs = self._round_jobs(rounds_done)
@@ -431,7 +432,8 @@ class Search:
                 device = stages.device()
                 self._since_start("evaluators_s")
             settings, baselines, rounds_done = self._begin(device, facts or stages.evaluator_facts(),
-                                                           stages.evaluator_count)
+                                                           stages.evaluator_count,
+                                                           stages.evaluator_count // getattr(stages, "per_gpu", 1))
         try:
             self._rounds(stages, settings, rounds_done, device.name, baselines)
         finally:
@@ -448,16 +450,18 @@ class Search:
         queries.set_run_status(self.db, self.run_id, "finished")
         return self.summary("finished", timed=device.name != "cpu")
 
-    def _begin(self, device, facts, evaluators: Optional[int]):
+    def _begin(self, device, facts, evaluators: Optional[int], gpus: Optional[int] = None):
         """The run opened (or marked running again) with the machine its prompts state, the progress started, the
         settings made (and on a GPU the baselines' thread): (settings, baselines thread, rounds done).
-        `evaluators`: how many there are (predicted, for a local cluster not up yet)."""
+        `evaluators`: how many there are (predicted, for a local cluster not up yet); `gpus`: the GPUs they share
+        (kept with the run: kgen bench's per-GPU figures), by default one each."""
         # the baselines need no evaluator: they start while the evaluators do, and the first round is proposed
         # and compiled meanwhile
         settings, baselines = self._settings(device.name)
         settings.cuda_arch = device.cuda_arch
         resumed = self.run_id is not None
-        rounds_done = self._open_run(device.name, (evaluators or 0) if device.name != "cpu" else 0)
+        gpus = gpus if gpus is not None else evaluators
+        rounds_done = self._open_run(device.name, max(gpus or 0, 1 if evaluators else 0) if device.name != "cpu" else 0)
         # stored before the first prompt, which reads it back (kgen.store.history), as a resumed run's and
         # any later render of this run's prompts do
         queries.set_run_evaluator(self.db, self.run_id, facts)
