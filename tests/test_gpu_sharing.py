@@ -231,13 +231,3 @@ def test_the_spares_stop_while_anyone_times_on_their_gpu_and_go_on_after(uuid):
         taken.close()
     finally:
         spares.close()
-
-
-def test_spares_are_divided_among_the_evaluators_sharing_a_gpu():
-    from kgen.judge.sandbox import SandboxMode
-    from kgen.judge.spares import SpareRunners
-
-    alone, shared = SpareRunners(SandboxMode.BWRAP), SpareRunners(SandboxMode.BWRAP, share=2)
-    assert [alone.depth_of(kind) for kind in ("run", "compile")] == [SpareRunners.DEPTH[k] for k in ("run", "compile")]
-    assert (shared.depth_of("run"), shared.depth_of("compile")) == (3, 1)
-    assert SpareRunners(SandboxMode.BWRAP, share=4).depth_of("run") == 2  # never less than one evaluation's

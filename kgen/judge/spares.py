@@ -116,13 +116,9 @@ class SpareRunners:
 
     WATCH_S: ClassVar[float] = 0.01  # how often watch_timing looks at the GPU's timing lock
 
-    def __init__(self, mode: SandboxMode, depth: Optional[int] = None, share: int = 1):
-        """`depth`: spares kept per kind (default DEPTH); `share`: evaluators sharing this GPU (kgen.search.cluster):
-        each one's evaluations take about that many times longer, so DEPTH / `share` keeps as far ahead in time
-        (at least one evaluation's processes), and the GPU's memory holds no more waiting contexts than before."""
+    def __init__(self, mode: SandboxMode, depth: Optional[int] = None):
         self.mode = mode
         self.depth = depth
-        self.share = max(1, int(share))
         self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
         # why the waiting spares are stopped now ("timing": this judge's own, paused(); "timed": anyone's on the
         # GPU, watch_timing); stopped while any reason holds. The lock: the watcher's thread signals the queues'
@@ -155,18 +151,13 @@ class SpareRunners:
             if slot is not None:
                 slot.process.pause(False)  # its taker holds the GPU: the watcher may not have seen a timing end yet
         fresh = slot or start_process(device, self.mode, kind)
-        depth = self.depth if self.depth is not None else self.depth_of(kind) if device != "cpu" else 2
+        depth = self.depth if self.depth is not None else self.DEPTH.get(kind, 2) if device != "cpu" else 2
         while len(queue) < depth:  # on a CPU the interpreter's evaluations are long: two spares keep up
             try:
                 self._keep(queue, start_process(device, self.mode, kind))
             except HarnessFault:
                 break
         return fresh
-
-    def depth_of(self, kind: str) -> int:
-        """The spares of `kind` kept on a GPU: DEPTH, divided among the evaluators sharing it (see __init__)."""
-        one_evaluation = processes_per_evaluation("triton", "cuda").get(kind, 1)
-        return max(one_evaluation, -(-self.DEPTH.get(kind, 2) // self.share))
 
     def _keep(self, queue: list[RunnerSlot], slot: RunnerSlot) -> None:
         """A started spare into its queue, stopped at once while its GPU is timed."""
@@ -308,7 +299,7 @@ def gpu_node_here() -> bool:
 
 
 def start_in_background(sandbox: str, device: str, counts: dict[str, int],
-                        depth: Optional[int] = None, share: int = 1) -> Optional[SpareRunners]:
+                        depth: Optional[int] = None) -> Optional[SpareRunners]:
     """A SpareRunners of sandbox mode `sandbox` (its name) whose `counts` processes for `device` start now in a
     thread (SpareRunners.prestart_in_background; on a GPU they then make their CUDA contexts), or None for a
     sandbox name that is not one: the caller's own checks say why."""
@@ -316,7 +307,7 @@ def start_in_background(sandbox: str, device: str, counts: dict[str, int],
         mode = SandboxMode(sandbox)
     except ValueError:
         return None
-    spares = SpareRunners(mode, depth=depth, share=share)
+    spares = SpareRunners(mode, depth=depth)
     spares.prestart_in_background(device, counts, warm=device != "cpu")
     return spares
 

@@ -160,7 +160,7 @@ class _Evaluator:
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str],
                  prestart: Optional[tuple[str, str]] = None, share: int = 1):
         """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing; `share`: the
-        evaluators sharing this one's GPU (kgen.search.cluster.evaluators_per_gpu): its spares are as many fewer."""
+        evaluators sharing this one's GPU (kgen.search.cluster.evaluators_per_gpu): it prestarts fewer sandboxes."""
         self.share = share
         from kgen.core.process import process_age_s
         from kgen.judge.sandbox import probe_early
@@ -192,7 +192,7 @@ class _Evaluator:
 
         mode = sandbox_mode(settings)
         if self.spares is None or self.spares.mode is not mode:
-            self.spares = SpareRunners(mode, share=self.share)
+            self.spares = SpareRunners(mode)
         started = time.time()
         loaded = _load(*(problem or self.problem))
         self.heartbeat.begin(_tensor_bytes(*(problem or self.problem)))
@@ -238,7 +238,7 @@ class _Evaluator:
 
         mode = sandbox_mode(EvalSettings(sandbox=sandbox))
         if self.spares is None or self.spares.mode is not mode:
-            self.spares = SpareRunners(mode, share=self.share)
+            self.spares = SpareRunners(mode)
         device = self._judge_device()
         if device != "cpu":  # stopped while anyone times on this GPU (the driver lane, another evaluator on it)
             import torch
@@ -267,8 +267,7 @@ class _Evaluator:
 
         device = "cuda:0" if _has_ray_gpu() else "cpu" if not spares.gpu_node_here() else None
         if device is not None:
-            self.spares = spares.start_in_background(sandbox, device, self._prestart_counts(device, language),
-                                                     share=self.share)
+            self.spares = spares.start_in_background(sandbox, device, self._prestart_counts(device, language))
 
     def warm_up(self, sandbox: str, language: str) -> Optional[float]:
         """On a GPU, the judge's one-time work (Judge.warm_up) done now, in the actor's "baselines" group:
