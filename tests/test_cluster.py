@@ -205,6 +205,8 @@ class _EvaluatorStandIn:
         pass
 
     def warm_up(self, sandbox, language):  # its one-time work before any candidate: so many seconds
+        time.sleep(1.0)
+        self.warmed_at = time.time()
         return 2.5
 
     def device(self):
@@ -215,6 +217,7 @@ class _EvaluatorStandIn:
         return Device(name="cpu", cuda_arch=None, node_id=ray.get_runtime_context().get_node_id())
 
     def evaluate(self, source, settings):
+        started = {"started": time.time(), "warmed_at": getattr(self, "warmed_at", None)}
         plan = json.loads(source)
         n = _attempt(plan, "evaluate")
         deaths = plan.get("eval_deaths", 0)
@@ -222,7 +225,7 @@ class _EvaluatorStandIn:
             os._exit(1)
         if n - deaths <= plan.get("harness_errors", 0):
             return EvalResult(outcome="harness_error", message="the judge lost its runner", size=settings.size)
-        return EvalResult(outcome="correct", size=settings.size)
+        return EvalResult(outcome="correct", size=settings.size, details={"when": started})
 
 
 PLANS = {  # candidate id -> what happens to it
@@ -292,6 +295,14 @@ def test_each_candidate_leaves_the_stages_exactly_once(stages_run):
 @pytest.mark.slow
 def test_each_evaluators_warm_up_before_its_first_candidate_is_reported(stages_run):
     assert stages_run.warm_up_s == [2.5]  # one evaluator; its later deaths and restarts do not lose the figure
+
+
+@pytest.mark.slow
+def test_an_evaluator_is_given_its_first_candidate_once_its_warm_up_is_over(stages_run):
+    """Its warm-up (a second long here) and its first candidate would share its one-time work: the candidate waits."""
+    first = min((e.result.details["when"] for e in stages_run.events if e.kind == "done"
+                 and "when" in e.result.details), key=lambda w: w["started"])
+    assert first["warmed_at"] is not None and first["started"] >= first["warmed_at"]
 
 
 @pytest.mark.slow

@@ -60,6 +60,8 @@ HARD_S_PER_GB = 60.0  # lock aside) + this per GB of the problem's tensors, even
 MAX_REQUEUES = 2
 # ... and after a harness_error result.
 MAX_HARNESS_RETRIES = 1
+# an evaluator's warm-up not over by then (after Stages.prestart) no longer holds off its first candidate
+WARM_UP_WAIT_S = 120.0
 
 
 def problem_ref(problem_path: Optional[str]) -> Optional[str]:
@@ -453,6 +455,8 @@ class Stages:
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
         self._warm_ups: list = []  # each evaluator's warm-up ref (its seconds)
+        self._cold: set[int] = set()  # evaluators whose warm-up is under way: given no candidate yet (_warm)
+        self._warm_by = 0.0  # ... unless it is still under way then (a stuck warm-up must not stop the search)
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
 
@@ -466,6 +470,8 @@ class Stages:
         if hasattr(self.evaluator_class, "warm_up"):
             self._warm_ups = [actor.warm_up.options(concurrency_group="baselines").remote(sandbox, language)
                               for actor in self.actors]
+            self._cold = set(range(len(self.actors)))
+            self._warm_by = time.monotonic() + WARM_UP_WAIT_S
 
     @staticmethod
     def _answers(refs: list, timeout_s: float) -> list:
@@ -686,6 +692,26 @@ class Stages:
                 return item
         return None
 
+    def _warming(self) -> list:
+        """The warm-up refs still awaited (poll wakes when one ends); the evaluators whose warm-up ended leave _cold."""
+        import ray
+
+        if not self._cold:
+            return []
+        refs = {self._warm_ups[i]: i for i in self._cold if i < len(self._warm_ups)}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        self._cold -= {refs[ref] for ref in done}
+        if time.monotonic() > self._warm_by:
+            self._cold.clear()
+        return [ref for ref in refs if ref not in done] if self._cold else []
+
+    def _warm_free(self) -> Optional[int]:
+        """A free evaluator whose warm-up is over (or none was asked of it): its first candidate waits for its
+        warm-up, which beside it only made both slower (on the H100 box the first candidate of each of two
+        evaluators took 15.5 s, 4 of them in a reference that shared the warm-up's one-time work)."""
+        self._warming()
+        return next((i for i in self._free if i not in self._cold), None)
+
     def poll(self, timeout_s: float = 0.5, timing_open=True) -> list[StageEvent]:
         """Dispatch compiled candidates to free evaluators (only while `timing_open`, a bool or a predicate
         on the job), wait up to `timeout_s` for anything to finish, and return the events: 'timing' for
@@ -693,8 +719,8 @@ class Stages:
         import ray
 
         events: list[StageEvent] = []
-        while self._free and (item := self._next_ready(timing_open)) is not None:
-            index = self._free.pop(0)
+        while (index := self._warm_free()) is not None and (item := self._next_ready(timing_open)) is not None:
+            self._free.remove(index)
             job, settings = item
             ref = self.actors[index].evaluate.remote(job.source, settings, *((job.problem,) if job.problem else ()))
             self._timing[ref] = (job, settings, index, time.monotonic())
@@ -704,7 +730,7 @@ class Stages:
         for when, index in [p for p in self._ping_later if p[0] <= now]:
             self._ping_later.remove((when, index))
             self._ping(index)
-        waiting = list(self._compiling) + list(self._timing) + list(self._pings)
+        waiting = list(self._compiling) + list(self._timing) + list(self._pings) + self._warming()
         if not waiting:
             time.sleep(min(timeout_s, 0.2))
             return events
@@ -716,8 +742,9 @@ class Stages:
                 event = self._compile_done(ref)
                 if event is not None:
                     events.append(event)
-            else:
+            elif ref in self._timing:
                 events.append(self._evaluation_done(ref))
+            # else an evaluator's warm-up ended: it takes candidates from the next poll (_warm_free)
         events.extend(self._watch())
         return events
 
