@@ -3,8 +3,10 @@ generated kernels as one resumable run (kgen.search.collection)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -83,13 +85,20 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
         raise
 
 
+def _make_cuda_context(device: str) -> None:
+    """This process's CUDA context, made now: the judge's first GPU work (its reference) waits for it otherwise, after
+    the problem's load and the baselines' lookup it could have overlapped. Any failure shows again, and is reported,
+    where the judge meets it."""
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.empty(1, device=device)
+
+
 def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
                      startup_s, started):
     """evaluate_file once the candidate passed its static checks and its sandboxes are starting."""
-    from kgen.core.records import EvalSettings
-    from kgen.judge.evaluate import evaluate_one
     from kgen.judge.gate_clock import judge_clock
-    from kgen.problems.problem import load_problem
 
     try:
         judge_clock(None)  # KGEN_JUDGE_CLOCK, checked before anything is loaded
@@ -100,6 +109,23 @@ def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    context = threading.Thread(target=_make_cuda_context, args=(device,), daemon=True, name="kgen-cuda-context")
+    if device.startswith("cuda"):  # the GPU's context made while the problem loads, not in the judge's reference
+        context.start()
+    try:
+        return _judge_loaded(problem, source, spares, device=device, size=size, timeout_s=timeout_s, rtol=rtol, db=db,
+                             baselines=baselines, sandbox=sandbox, startup_s=startup_s, started=started)
+    finally:  # never left inside torch as the process exits (a bad problem name fails at once)
+        if context.is_alive():
+            context.join()
+
+
+def _judge_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
+                  startup_s, started):
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_one
+    from kgen.problems.problem import load_problem
+
     size = size or ("small" if device == "cpu" else "full")
     loaded = load_problem(problem, size)
     settings = EvalSettings(device=device, size=size, timeout_s=timeout_s, rtol=rtol,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import socket
 import time
 from collections import deque
@@ -160,10 +159,8 @@ class _Evaluator:
     a time on it."""
 
     def __init__(self, problem: Optional[str], size: str, source_hash: Optional[str],
-                 prestart: Optional[tuple[str, str]] = None, share: int = 1):
-        """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing; `share`: the
-        evaluators sharing this one's GPU (kgen.search.cluster.evaluators_per_gpu): it prestarts fewer sandboxes."""
-        self.share = share
+                 prestart: Optional[tuple[str, str]] = None):
+        """`prestart`: (sandbox, language) of the search, whose first sandboxes start here, first thing."""
         from kgen.core.process import process_age_s
         from kgen.judge.sandbox import probe_early
 
@@ -253,9 +250,7 @@ class _Evaluator:
             self.spares.warm()
 
     def _prestart_counts(self, device: str, language: str) -> dict[str, int]:
-        # sharing its GPU, an evaluator starts its first evaluation's sandboxes only: the GPU's other evaluator
-        # starts its own, and twice PRESTART at once would slow every one of them
-        counts = (self.PRESTART if self.share == 1 else {"compile": 1, "run": 2}) if device != "cpu" else {"run": 2}
+        counts = self.PRESTART if device != "cpu" else {"run": 2}
         kinds = ("compile", "run") if device != "cpu" or language != "triton" else ("run",)
         return {kind: counts.get(kind, 2) for kind in kinds}
 
@@ -438,9 +433,7 @@ class Stages:
         self._actor_options = placement.actor_options
         self._early = {"prestart": prestart} if prestart is not None and hasattr(self.evaluator_class, "prestart") \
             else {}
-        self.per_gpu = placement.per_gpu  # evaluators sharing each GPU: each is told (its spares), and shares memory
-        if self.per_gpu > 1 and "share" in inspect.signature(self.evaluator_class.__init__).parameters:
-            self._early["share"] = self.per_gpu
+        self.per_gpu = placement.per_gpu  # evaluators sharing each GPU (their baselines share its free memory)
         self.actors = [self._new_actor(index) for index in range(placement.count)]
         self._actor_nodes: list[Optional[str]] = [None] * len(self.actors)  # where each last answered from
         self._free: list[int] = []  # actors that answered their ping and have no candidate
