@@ -451,7 +451,7 @@ def test_eval_json_says_where_the_seconds_went(tmp_path):
     assert result["outcome"] == "correct"
     assert {"startup_s", "static_s", "reference_s", "runner_start_s", "verify_s"} <= set(breakdown)
     assert all(isinstance(v, (int, float)) and v >= 0 for v in breakdown.values())
-    outside_the_judge = {"startup_s", "load_s", "static_s", "baselines_s", "close_s"}
+    outside_the_judge = {"startup_s", "load_s", "static_s", "baselines_s", "close_s", "warm_wait_s"}
     assert sum(v for k, v in breakdown.items() if k not in outside_the_judge) <= result["eval_s"] + 0.5
     # the runner's setup step by step (from its `sealed` message): within the runner's start, as the judge saw it
     setup = result["details"]["runner_setup"]

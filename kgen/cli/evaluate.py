@@ -159,12 +159,13 @@ def _judge_loaded(problem: str, source: str, spares, *, device, size, timeout_s,
     note = _cuda_without_gpu_note(source, device)
     if note:
         print(f"kgen: {note}", file=sys.stderr, flush=True)
-    if warming.is_alive():  # done before the judge starts: beside it, both would do the same one-time work slower
-        warming.join()
     load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
     print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:", file=sys.stderr,
           flush=True)
-    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares)
+    # the judge starts once its one-time GPU work is done (beside it, both would do the same work slower), the
+    # baselines before that
+    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares,
+                          before_judge=warming.join if warming.is_alive() else None)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 

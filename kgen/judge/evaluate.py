@@ -131,7 +131,8 @@ def evaluate_candidate(problem: Union[str, Problem], source: str, settings: Eval
 
 def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
                  baselines: Optional[Callable[..., Optional[tuple]]] = None,
-                 on_phase: Optional[Callable[[str, float], None]] = None, spares: Any = None) -> EvalResult:
+                 on_phase: Optional[Callable[[str, float], None]] = None, spares: Any = None,
+                 before_judge: Optional[Callable[[], None]] = None) -> EvalResult:
     """`kgen eval`: one candidate, with the fixed costs cut. The static checks come first: a candidate
     they reject starts nothing (no baselines, no reference, no sandbox, nothing on the GPU). Then the
     sandboxes this one evaluation takes all start at once (with no spares beyond them), and on a GPU the
@@ -144,7 +145,8 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
     (stopping the sandboxes left over), then the judge's phases; `on_phase(name, seconds)` hears each of
     those as it ends (the baselines' when they are in). `spares`: a kgen.judge.spares.SpareRunners (depth 0)
     whose sandboxes began to start earlier (kgen.judge.spares.start_early); what it lacks is started here, and
-    it is closed here."""
+    it is closed here. `before_judge()`: called once the baselines started, before the judge (`kgen eval` waits there
+    for its judge's one-time GPU work, done beside the problem's load), its seconds kept as `warm_wait_s`."""
     started = time.monotonic()
     verdict = check_source(source)
     static_s = round(time.monotonic() - started, 3)
@@ -182,6 +184,10 @@ def evaluate_one(problem: Problem, source: str, settings: EvalSettings, *,
 
             thread = threading.Thread(target=time_them, daemon=True, name="kgen-eval-baselines")
             thread.start()
+        if before_judge is not None:
+            mark = time.monotonic()
+            before_judge()
+            breakdown["warm_wait_s"] = round(time.monotonic() - mark, 3)
         result = evaluate_candidate(problem, source, settings, spares, on_phase)
         if thread is not None:
             mark = time.monotonic()
