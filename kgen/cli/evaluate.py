@@ -85,6 +85,9 @@ def evaluate_file(problem: str, candidate: str, *, device: Optional[str] = None,
         raise
 
 
+WARM_JUDGE_S = 120.0  # the judge waits no longer for _warm_judge (its own reference then does the same work)
+
+
 def _warm_judge(device: str) -> None:
     """The judge's one-time GPU work, done while the problem loads and the baselines are looked up instead of in the
     judge's reference phase (on the H100 box 4.8-7.2 s of `kgen eval`'s 13-16 s): this process's CUDA context, the
@@ -126,7 +129,7 @@ def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout
                              warming=warming)
     finally:  # never left inside torch as the process exits (a bad problem name fails at once)
         if warming.is_alive():
-            warming.join()
+            warming.join(WARM_JUDGE_S)
 
 
 def _judge_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
@@ -165,7 +168,7 @@ def _judge_loaded(problem: str, source: str, spares, *, device, size, timeout_s,
     # the judge starts once its one-time GPU work is done (beside it, both would do the same work slower), the
     # baselines before that
     result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares,
-                          before_judge=warming.join if warming.is_alive() else None)
+                          before_judge=(lambda: warming.join(WARM_JUDGE_S)) if warming.is_alive() else None)
     result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
     return loaded, result
 
