@@ -231,3 +231,30 @@ def test_the_spares_stop_while_anyone_times_on_their_gpu_and_go_on_after(uuid):
         taken.close()
     finally:
         spares.close()
+
+
+def test_an_evaluation_shares_its_gpu_only_where_two_fit_in_its_memory(monkeypatch):
+    """The rule that decides gpu_shared's two ways: the evaluation's planned GPU memory (verify.gpu_memory_plan, from
+    the problem's shapes) at most SHARE_GPU_MEMORY of the GPU's. The GPU's size is stood in (there is no GPU here)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kgen.judge.judge import SHARE_GPU_MEMORY, Judge
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.problems.problem import load_problem
+
+    judge = Judge(load_problem("softmax", "small"), "", "triton", EvalSettings(device="cpu", size="small"),
+                  SandboxMode.BWRAP)
+    for total in (80 << 30, 1 << 20):  # an H100's memory; a GPU too small for two of these
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None, t=total: SimpleNamespace(
+            total_memory=t))
+        need = judge._memory_plan([]).need_bytes
+        assert need > 0 and judge._fits_beside_another() is (need <= SHARE_GPU_MEMORY * total)
+        assert judge._fits_beside_another() is (total == 80 << 30)
+
+    def no_gpu(device=None):
+        raise RuntimeError("no GPU")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", no_gpu)
+    assert judge._fits_beside_another() is False  # unknown: alone
