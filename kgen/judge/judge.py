@@ -78,8 +78,10 @@ from kgen.problems.problem import Problem
 RUNNER_OUTCOMES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value, Outcome.STATIC_REJECT.value}
 SANDBOX_START_S = 180.0  # a sandboxed process that has not imported torch by then is a harness fault
 # An evaluation whose planned GPU memory is more than this share of its GPU's holds the GPU alone all through
-# (kgen.judge.gpu_lock): two evaluators share each GPU (kgen.search.cluster), each needing its own
-SHARE_GPU_MEMORY = 0.4
+# (kgen.judge.gpu_lock): two evaluators share each GPU (kgen.search.cluster), two such evaluations side by side,
+# their spare sandboxes' CUDA contexts (~0.5 GB each, 8 per evaluator) and the baselines' must fit together. The
+# plan is generous (softmax at KernelBench's size: 10.5 GB planned, 8.9 GB at the judge's peak on the H100)
+SHARE_GPU_MEMORY = 0.3
 
 
 class Judge(CompileSteps, Audits, TimedRuns):
