@@ -185,6 +185,9 @@ def test_a_judge_holds_its_gpu_shared_but_for_its_timed_runs_and_its_waits_are_n
             with judge.gpu_alone("timing"):  # waits for the other's timed runs, and the wait is not the candidate's
                 assert judge.phases["gpu_wait_s"] >= 0.4 and judge.deadline - deadline >= 0.4
             _stop(other)
+        with pytest.raises(RuntimeError), judge.gpu_alone("timing"):  # a verdict in the timed runs
+            raise RuntimeError("a candidate's runtime error")
+        assert _can(uuid, "shared") and not _can(uuid, "alone")  # shared again for the judge's closing work
     assert _can(uuid, "alone")  # let go of at the end
 
 

@@ -152,11 +152,13 @@ class Judge(CompileSteps, Audits, TimedRuns):
         if share is not None:
             share.let_go()
         held_lock = gpu_lock.exclusive(gpu_lock.device_uuid(self.device))
-        with contextlib.ExitStack() as stack:
-            self._wait_for_gpu(what, lambda: stack.enter_context(held_lock))
-            yield
-        if share is not None:
-            self._wait_for_gpu(f"after {what}", share.take)
+        try:
+            with contextlib.ExitStack() as stack:
+                self._wait_for_gpu(what, lambda: stack.enter_context(held_lock))
+                yield
+        finally:  # a verdict raised in the timed runs too: the judge's closing work is untimed work on the GPU
+            if share is not None:
+                self._wait_for_gpu(f"after {what}", share.take)
 
     @contextlib.contextmanager
     def gpu_shared(self, what: str, after_baselines: bool = True):
