@@ -51,9 +51,27 @@ def _node(alive=True, **resources) -> dict:
     ([_node(CPU=2)], 2, dict(num_cpus=0.5)),  # a 2-core machine: two evaluators share one CPU, one for compiles
     ([_node(CPU=4, GPU=2, alive=False), _node(CPU=2, GPU=1)], 2, dict(num_cpus=0.5, num_gpus=0.5)),
 ], ids=["two-per-gpu", "kgen_gpu-stand-in", "kgen_gpu-limits-gpus", "cpus-only", "two-cores", "dead-nodes-ignored"])
-def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options):
+def test_evaluators_go_to_kgen_gpu_else_gpus_else_cpus(nodes, count, options, big_gpu_here):
     placement = evaluator_placement(nodes)
     assert (placement.count, placement.actor_options) == (count, options)
+
+
+@pytest.fixture
+def big_gpu_here(monkeypatch):
+    """This machine's GPU as the default of evaluators per GPU reads it: 80 GiB (there is none here)."""
+    from kgen.search import cluster
+
+    monkeypatch.setattr(cluster, "_local_gpu_bytes", lambda: 80 << 30)
+
+
+def test_two_evaluators_share_a_gpu_by_default_only_where_this_machines_gpu_is_big(monkeypatch):
+    from kgen.search import cluster
+
+    nodes = [_node(CPU=16, GPU=1)]
+    for here, count in ((80 << 30, 2), (40 << 30, 2), (24 << 30, 1), (0, 1)):  # an H100, 40 GB, 24 GB, no GPU here
+        monkeypatch.setattr(cluster, "_local_gpu_bytes", lambda b=here: b)
+        assert evaluator_placement(nodes).count == count
+    assert evaluator_placement([_node(CPU=4, kgen_gpu=1)]).count == 1  # stand-ins: one each unless set
 
 
 def test_evaluators_per_gpu_is_a_setting_and_a_bad_one_is_one_line(monkeypatch):
@@ -73,7 +91,7 @@ def test_evaluators_per_gpu_is_a_setting_and_a_bad_one_is_one_line(monkeypatch):
         evaluator_placement(nodes)
 
 
-def test_the_evaluators_sharing_a_gpu_are_given_the_same_one_by_ray():
+def test_the_evaluators_sharing_a_gpu_are_given_the_same_one_by_ray(big_gpu_here):
     """Ray packs each GPU's halves before the next (first fit): the two evaluators of a GPU see the same device.
     Ray's GPUs are declared here, not real (Ray hands out their ids as it would real ones)."""
     import logging
@@ -132,7 +150,7 @@ def test_cpu_evaluators_always_leave_a_compile_slot(cpus, evaluators, compiles):
     assert placement.compile_cpus <= max(compiles.values())
 
 
-def test_gpu_nodes_short_of_cpus_share_them_with_evaluators_and_compile_tasks():
+def test_gpu_nodes_short_of_cpus_share_them_with_evaluators_and_compile_tasks(big_gpu_here):
     nodes = [_node(CPU=1, GPU=1)]  # one CPU: the GPU's two evaluators half of it, the compile tasks the other half
     placement = evaluator_placement(nodes)
     assert [s.resources for s in placement.evaluators] == [{"CPU": 0.25, "GPU": 0.5}] * 2

@@ -11,14 +11,14 @@ Evaluators (one candidate at a time each) go, in order of preference, to:
 - the `kgen_gpu` custom resource, one evaluator per unit, where any node advertises it
   (`ray start --resources '{"kgen_gpu": 2}'`): to keep kgen off some GPUs, or to stand in for GPUs
   on machines without any (tests, rehearsals; candidates then run in Triton's interpreter);
-- otherwise two evaluators per GPU (`num_gpus=0.5`; Ray packs both halves of a GPU before the next, and
-  gives each its CUDA_VISIBLE_DEVICES): their untimed work (references, compile steps, sandboxes' starts,
-  verification) overlaps, while a timed measurement has the GPU to itself (kgen.judge.gpu_lock: the judge holds
-  its GPU shared but for its timed runs, and alone all through where the two would not fit in its memory).
-  KGEN_EVALUATORS_PER_GPU=N sets how many (evaluators_per_gpu);
+- otherwise two evaluators per GPU where this machine's GPU has 40 GiB or more, else one (`num_gpus=0.5`; Ray
+  packs both halves of a GPU before the next, and gives each its CUDA_VISIBLE_DEVICES): their untimed work
+  (references, compile steps, sandboxes' starts, verification) overlaps, while a timed measurement has the GPU to
+  itself (kgen.judge.gpu_lock: the judge holds its GPU shared but for its timed runs, and alone all through where
+  two evaluations would not fit in its memory). KGEN_EVALUATORS_PER_GPU=N sets how many (evaluators_per_gpu);
 - otherwise, with no GPU anywhere, CPU evaluators under Triton's interpreter.
-Each evaluator takes a CPU of its node (a share of one where the node has fewer); the CPUs left on each
-node are the compile tasks' (one CPU each). The plan is made from each node's own resources and
+Each GPU's evaluators take a CPU of its node together (a share of one where the node has fewer); the CPUs left on
+each node are the compile tasks' (one CPU each). The plan is made from each node's own resources and
 reserved whole before any work starts (a placement group, each bundle pinned to its node), so no
 evaluator can take the CPUs every compile task waits for (two half-CPU evaluators that Ray put on two
 one-CPU nodes used to leave no whole CPU anywhere, and the search waited forever). A cluster that cannot
@@ -83,17 +83,34 @@ class Cluster:
     placement: Placement
 
 
+# the GPU memory below which each GPU gets one evaluator by default: two evaluators' spare sandboxes hold ~8 GB of
+# CUDA contexts between them, beside two evaluations
+SHARED_GPU_MIN_BYTES = 40 << 30
+
+
 def evaluators_per_gpu(gpus: bool = True) -> int:
-    """Evaluators that share each GPU (or each kgen_gpu unit): KGEN_EVALUATORS_PER_GPU (1 to 4), else 2 on real
-    GPUs (one candidate's untimed work beside the other's: on the H100 box each evaluation spent about half its
-    seconds outside its timed runs, RESULTS.md) and 1 on kgen_gpu stand-ins without a GPU."""
+    """Evaluators that share each GPU (or each kgen_gpu unit): KGEN_EVALUATORS_PER_GPU (1 to 4), else 2 on real GPUs
+    where this machine's first GPU has SHARED_GPU_MIN_BYTES or more (one candidate's untimed work beside the
+    other's: on the H100 box each evaluation spent about half its seconds outside its timed runs, RESULTS.md), and 1
+    otherwise: on a smaller GPU, on a cluster joined from a machine without one (its GPUs unknown here), and on kgen_gpu
+    stand-ins without a GPU."""
     setting = os.environ.get("KGEN_EVALUATORS_PER_GPU", "").strip()
     if setting:
         try:
             return max(1, min(4, int(setting)))
         except ValueError:
             raise KgenError(f"KGEN_EVALUATORS_PER_GPU={setting!r}: give a whole number from 1 to 4") from None
-    return 2 if gpus else 1
+    return 2 if gpus and _local_gpu_bytes() >= SHARED_GPU_MIN_BYTES else 1
+
+
+def _local_gpu_bytes() -> int:
+    """This machine's first GPU's memory, or 0 without one."""
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable GPU here
+        return 0
 
 
 def _node_name(node: dict) -> str:
