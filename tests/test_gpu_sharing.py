@@ -38,6 +38,25 @@ def _hold(uuid: str, how: str, seconds: float, wait: bool = True) -> subprocess.
     return proc
 
 
+def _until_waiting(uuid: str, suffix: str) -> None:
+    """Until another process waits for GPU `uuid` (it holds its `suffix` file shared: ".waiting" a timing,
+    ".baselines" the baselines), however slowly it started."""
+    import fcntl
+
+    from kgen.judge import gpu_lock
+
+    deadline = time.monotonic() + 30
+    with open(gpu_lock.lock_path(uuid).with_suffix(suffix), "a+") as handle:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            except BlockingIOError:
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"nobody came to wait ({suffix})")
+
+
 def _stop(*procs: subprocess.Popen) -> None:
     for proc in procs:
         proc.kill()
@@ -95,7 +114,7 @@ def test_a_shared_hold_waits_for_a_timing_and_never_goes_before_a_waiting_one(uu
 
     timer = threading.Thread(target=time_it)
     timer.start()
-    time.sleep(0.3)  # the timing is waiting now
+    _until_waiting(uuid, ".waiting")  # the timing is waiting now
     late = threading.Thread(target=untimed)
     late.start()
     time.sleep(0.3)
@@ -114,7 +133,7 @@ def test_a_judges_first_hold_waits_for_waiting_baselines_and_its_later_ones_do_n
     assert untimed.take()["had"]
     baselines = _hold(uuid, "baselines", 0.5, wait=False)  # waits for the untimed work to end
     try:
-        time.sleep(0.5)
+        _until_waiting(uuid, ".baselines")
         mid_evaluation = gpu_lock.Share(uuid)
         assert mid_evaluation.take(wait_s=0.3)["had"]  # not held off by the waiting baselines
         mid_evaluation.close()
@@ -176,7 +195,7 @@ def test_a_judge_holds_its_gpu_shared_but_for_its_timed_runs_and_its_waits_are_n
         assert _can(uuid, "shared") and not _can(uuid, "alone")  # shared again after its timed runs
         other = _hold(uuid, "alone", 0.6, wait=False)  # another judge's timing waits for this one's untimed work
         try:
-            time.sleep(0.3)
+            _until_waiting(uuid, ".waiting")
             assert other.poll() is None and not _can(uuid, "shared")  # it waits; and no new untimed work goes first
         finally:
             judge._share.let_go()  # as its own timing would: now the other's goes
