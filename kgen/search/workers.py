@@ -3,8 +3,8 @@
 - Compile stage: `compile_candidate` tasks (one CPU each, spread over the cluster's nodes, as many
   at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
   cache.
-- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (two per GPU
-  by default), each evaluating one candidate at a time (in its own process, as `evaluate_candidate` does);
+- Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (two per GPU of
+  40 GiB or more by default), each evaluating one candidate at a time (in its own process, as `evaluate_candidate` does);
   the two of a GPU overlap their untimed work, and their timed runs never share it (kgen.judge.gpu_lock).
 
 A candidate runs in a sandboxed process of its own that cannot reach its Ray worker, so a Ray
@@ -448,7 +448,7 @@ class Stages:
         self._requeued: dict[int, list[dict]] = {}  # candidate id -> its attempts that did not finish
         self.first_answer: Optional[float] = None  # when (monotonic) an evaluator first answered a ping
         self._warm_ups: list = []  # each evaluator's warm-up ref (its seconds)
-        self._cold: set[int] = set()  # evaluators whose warm-up is under way: given no candidate yet (_warm)
+        self._cold: set[int] = set()  # evaluators whose warm-up is under way: given no candidate yet (_warm_free)
         self._warm_by = 0.0  # ... unless it is still under way then (a stuck warm-up must not stop the search)
         for index in range(len(self.actors)):
             self._ping(index)  # free once it answers, and then its node is known
@@ -692,6 +692,9 @@ class Stages:
         if not self._cold:
             return []
         refs = {self._warm_ups[i]: i for i in self._cold if i < len(self._warm_ups)}
+        if not refs:
+            self._cold.clear()
+            return []
         done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
         self._cold -= {refs[ref] for ref in done}
         if time.monotonic() > self._warm_by:
@@ -701,7 +704,7 @@ class Stages:
     def _warm_free(self) -> Optional[int]:
         """A free evaluator whose warm-up is over (or none was asked of it): its first candidate waits for its
         warm-up, which beside it only made both slower (on the H100 box the first candidate of each of two
-        evaluators took 15.5 s, 4 of them in a reference that shared the warm-up's one-time work)."""
+        evaluators took 15.5 s, 3.7-4.2 s of it in a reference that shared the warm-up's one-time work)."""
         self._warming()
         return next((i for i in self._free if i not in self._cold), None)
 
