@@ -4,8 +4,9 @@
   at once as it has CPUs) run the evaluator's static checks and build CUDA sources into the build
   cache.
 - Timing stage: `Evaluator` actors, placed as kgen.search.cluster.evaluator_placement says (two per GPU of
-  40 GiB or more by default), each evaluating one candidate at a time (in its own process, as `evaluate_candidate` does);
-  the two of a GPU overlap their untimed work, and their timed runs never share it (kgen.judge.gpu_lock).
+  40 GiB or more by default), each evaluating one candidate at a time (in its own process, as
+  `evaluate_candidate` does); the two of a GPU overlap their untimed work, and their timed runs never share it
+  (kgen.judge.gpu_lock).
 
 A candidate runs in a sandboxed process of its own that cannot reach its Ray worker, so a Ray
 worker or node that dies is never the candidate's fault: whatever it had in flight goes back to
