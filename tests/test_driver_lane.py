@@ -87,7 +87,7 @@ def test_a_lane_with_no_triton_candidate_stops_its_sandboxes_at_once(lane):
     assert one.take(jobs, EvalSettings(device="cpu")) == jobs
     assert one.spares is None and spares._starter is None  # closed (its starter let go): none kept for the search
     assert one.take([Job(3, TRITON)], EvalSettings(device="cpu")) == [Job(3, TRITON)]
-    assert one.poll() == ([], []) and not one.busy
+    assert one.poll() == ([], []) and one.job is None and one._thread is None  # nothing judged
 
 
 @pytest.mark.parametrize("failure", ["raises", "harness_error"])

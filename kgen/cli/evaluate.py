@@ -106,10 +106,27 @@ def _warm_judge(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def _judge_warmed_beside(device: str):
+    """_warm_judge in a thread (on a GPU) while the block loads the problem; the block waits for it before its judge
+    starts, and leaves no thread inside torch as the process exits (a bad problem name fails at once)."""
+    warming = threading.Thread(target=_warm_judge, args=(device,), daemon=True, name="kgen-warm-judge")
+    if device.startswith("cuda"):
+        warming.start()
+    try:
+        yield warming
+    finally:
+        if warming.is_alive():
+            warming.join(WARM_JUDGE_S)
+
+
 def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
                      startup_s, started):
     """evaluate_file once the candidate passed its static checks and its sandboxes are starting."""
+    from kgen.core.records import EvalSettings
+    from kgen.judge.evaluate import evaluate_one
     from kgen.judge.gate_clock import judge_clock
+    from kgen.problems.problem import load_problem
 
     try:
         judge_clock(None)  # KGEN_JUDGE_CLOCK, checked before anything is loaded
@@ -120,57 +137,40 @@ def _evaluate_loaded(problem: str, source: str, spares, *, device, size, timeout
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    warming = threading.Thread(target=_warm_judge, args=(device,), daemon=True, name="kgen-warm-judge")
-    if device.startswith("cuda"):  # the judge's one-time GPU work done while the problem loads
-        warming.start()
-    try:
-        return _judge_loaded(problem, source, spares, device=device, size=size, timeout_s=timeout_s, rtol=rtol,
-                             db=db, baselines=baselines, sandbox=sandbox, startup_s=startup_s, started=started,
-                             warming=warming)
-    finally:  # never left inside torch as the process exits (a bad problem name fails at once)
-        if warming.is_alive():
-            warming.join(WARM_JUDGE_S)
+    with _judge_warmed_beside(device) as warming:
+        size = size or ("small" if device == "cpu" else "full")
+        loaded = load_problem(problem, size)
+        settings = EvalSettings(device=device, size=size, timeout_s=timeout_s, rtol=rtol,
+                                sandbox="bwrap" if sandbox else "none")
+        from kgen.judge.sandbox import SandboxMode, check_sandbox
 
+        check_sandbox(SandboxMode(settings.sandbox))
+        from_db = None  # where the baselines come from: the results DB, timed into it the first time
+        if baselines and device != "cpu":
+            from functools import partial
 
-def _judge_loaded(problem: str, source: str, spares, *, device, size, timeout_s, rtol, db, baselines, sandbox,
-                  startup_s, started, warming: threading.Thread):
-    from kgen.core.records import EvalSettings
-    from kgen.judge.evaluate import evaluate_one
-    from kgen.problems.problem import load_problem
+            from kgen.store.baselines import get_baselines_at
+            from kgen.store.db import db_url, mask_url
 
-    size = size or ("small" if device == "cpu" else "full")
-    loaded = load_problem(problem, size)
-    settings = EvalSettings(device=device, size=size, timeout_s=timeout_s, rtol=rtol,
-                            sandbox="bwrap" if sandbox else "none")
-    from kgen.judge.sandbox import SandboxMode, check_sandbox
+            from_db = partial(get_baselines_at, db)
+            print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
+                  "there (--no-baselines skips them)", file=sys.stderr)
+        if device == "cpu" and size == "full":
+            from kgen.search.loop import FULL_SIZE_ON_CPU_NOTE
 
-    check_sandbox(SandboxMode(settings.sandbox))
-    from_db = None  # where the baselines come from: the results DB, timed into it the first time
-    if baselines and device != "cpu":
-        from functools import partial
-
-        from kgen.store.baselines import get_baselines_at
-        from kgen.store.db import db_url, mask_url
-
-        from_db = partial(get_baselines_at, db)
-        print(f"kgen: eager and torch.compile baselines: from {mask_url(db_url(db))}, or timed now (once) and kept "
-              "there (--no-baselines skips them)", file=sys.stderr)
-    if device == "cpu" and size == "full":
-        from kgen.search.loop import FULL_SIZE_ON_CPU_NOTE
-
-        print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
-    note = _cuda_without_gpu_note(source, device)
-    if note:
-        print(f"kgen: {note}", file=sys.stderr, flush=True)
-    load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
-    print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:", file=sys.stderr,
-          flush=True)
-    # the judge starts once its one-time GPU work is done (beside it, both would do the same work slower), the
-    # baselines before that
-    result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares,
-                          before_judge=(lambda: warming.join(WARM_JUDGE_S)) if warming.is_alive() else None)
-    result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
-    return loaded, result
+            print(f"kgen: {FULL_SIZE_ON_CPU_NOTE}", file=sys.stderr, flush=True)
+        note = _cuda_without_gpu_note(source, device)
+        if note:
+            print(f"kgen: {note}", file=sys.stderr, flush=True)
+        load_s = round(time.monotonic() - started, 3)  # torch's import, the problem loaded, the sandbox checked
+        print(f"kgen: judging the candidate against {loaded.name} ({size}) on {device}, a line per step:",
+              file=sys.stderr, flush=True)
+        # the judge starts once its one-time GPU work is done (beside it, both would do the same work slower), the
+        # baselines before that
+        result = evaluate_one(loaded, source, settings, baselines=from_db, on_phase=_say_phase, spares=spares,
+                              before_judge=(lambda: warming.join(WARM_JUDGE_S)) if warming.is_alive() else None)
+        result.details["breakdown"] = {"startup_s": startup_s, "load_s": load_s, **result.details.get("breakdown", {})}
+        return loaded, result
 
 
 # the judge's phases as `kgen eval` says them while it waits (kgen.judge.judge.Judge.run marks them)

@@ -21,7 +21,7 @@ from kgen.core.records import NOT_RUN, Outcome
 from kgen.harness.protocol import RunnerJob
 from kgen.judge.builds import PREBUILT_SUFFIX, build_key, builds_root
 from kgen.judge.spares import RunnerSlot
-from kgen.judge.verdict import Verdict, _Restart, setup_seconds
+from kgen.judge.verdict import Verdict, _Restart, seconds_in
 from kgen.problems.problem import on_device
 
 # The CPU compile stage's own time limit for a CUDA source's builds (a torch/extension.h build takes 60-100 s of
@@ -153,7 +153,7 @@ class CompileSteps:
             self.started(slot, "the compile step's start")
             slot.channel.send(asdict(compile_job), fds=(self.arena.fd,))
             sealed = self.receive(slot, "the compile step's setup", ("sealed",))
-            self.evidence.details["compile_setup"] = setup_seconds(sealed)
+            self.evidence.details["compile_setup"] = seconds_in(sealed, "setup_s", 16, 4)
             for module, source in (("ablated", ablated), ("candidate", self.source)):
                 if source is None:
                     continue

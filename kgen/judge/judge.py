@@ -71,7 +71,7 @@ from kgen.judge.verdict import (
     _number,
     _Restart,
     _text,
-    setup_seconds,
+    seconds_in,
 )
 from kgen.problems.problem import Problem
 
@@ -489,8 +489,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             ready = self.receive(slot, stage, ("ready",))
             if slot.warm_sent:
                 ready = self.receive(slot, stage, ("warmed",))
-        seconds = ready.get("seconds") if isinstance(ready.get("seconds"), dict) else {}
-        return {_text(k, 20): round(_number(v), 3) for k, v in list(seconds.items())[:4]}
+        return seconds_in(ready, "seconds", 4)
 
     def take(self, device: str, kind: str) -> RunnerSlot:
         slot = self.spares.take(device, kind) if self.spares else start_process(device, self.mode, kind)
@@ -504,7 +503,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
             raise Verdict(Outcome.TIMEOUT, f"no result within the {self.settings.timeout_s:g} s time limit")
         slot.channel.send(asdict(job), fds=self.job_fds(job))
         sealed = self.receive(slot, "the runner's setup", ("sealed",))
-        self.evidence.details["runner_setup"] = setup_seconds(sealed)
+        self.evidence.details["runner_setup"] = seconds_in(sealed, "setup_s", 16, 4)
         slot.gate = sealed.get("gate") if isinstance(sealed.get("gate"), dict) else None
         versions = sealed.get("versions")
         if isinstance(versions, dict):

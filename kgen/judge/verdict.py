@@ -77,10 +77,11 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def setup_seconds(sealed: dict[str, Any]) -> dict[str, float]:
-    """A sandboxed process's setup, step by step, as its `sealed` message says (kgen.harness.runner.Runner):
-    data from a process that ran no candidate code yet, still read as data (at most 16 numbers)."""
-    steps = sealed.get("setup_s")
+def seconds_in(message: dict[str, Any], key: str, most: int, digits: int = 3) -> dict[str, float]:
+    """The named seconds a sandboxed process's message carries under `key` (its start's, `ready`'s "seconds"; its
+    setup's, `sealed`'s "setup_s", step by step): data from a process that ran no candidate code yet, still read as
+    data, at most `most` of them."""
+    steps = message.get(key)
     if not isinstance(steps, dict):
         return {}
-    return {_text(k, 20): round(_number(v), 4) for k, v in list(steps.items())[:16]}
+    return {_text(k, 20): round(_number(v), digits) for k, v in list(steps.items())[:most]}

@@ -141,10 +141,6 @@ class DriverLane:
 
                     torch.cuda.empty_cache()
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and not self._given_up and "done" not in self._outcome
-
     def poll(self) -> tuple[list, list]:
         """(events for the search loop, jobs to send to the stages instead). Events: 'timing' once the judge
         began, 'done' with its result."""
