@@ -73,7 +73,7 @@ print(f"a dispatch mode's first use: {time.perf_counter() - t:.2f} s, dynamo={'t
 if torch.cuda.is_available():
     x = torch.zeros(1, device="cuda")
     t = time.perf_counter()
-    with torch.autograd.profiler.profile(use_cpu=False, use_device="cuda"):
+    with torch.autograd.profiler.profile(use_kineto=True, use_cpu=False, use_device="cuda"):
         x.add_(0); torch.cuda.synchronize()
     print(f"autograd profiler's first session: {time.perf_counter() - t:.2f} s, "
           f"inductor={'torch._inductor' in sys.modules}")

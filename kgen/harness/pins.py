@@ -41,9 +41,9 @@ The calls the runner makes after the candidate's import (kgen.harness.runner), a
   `Channel.send` (`json.dumps` and json.encoder, `struct.pack`, `socket.send_fds`,
   `socket.socket.sendall`).
 - `timed`: `args`, the bound events and synchronize, `deliver`, `Channel.send`.
-- `profile`: `torch.profiler.profile` and `key_averages` (torch.profiler.profiler,
-  torch.autograd.profiler, torch.autograd.profiler_util pinned), `_kernel_launches` (`json.load`,
-  `open`, `os.remove`), `_triton_stats`.
+- `profile`: `device_profile` (`torch.autograd.profiler.profile`) and `key_averages` (torch.profiler.profiler,
+  torch.autograd.profiler, torch.autograd.profiler_util pinned), `_kernel_launches` (`json.load`, `open`,
+  `os.remove`), `_triton_stats`.
 - `window`: `torch.cuda.cudart()` (torch.cuda pinned); `ping`: `Tensor.add_`, the bound synchronize.
 - between calls, `Channel.receive`: `select.select`, `socket.recv_fds`, `json.loads`, `struct.unpack`,
   `time.monotonic` (pinned modules).

@@ -276,6 +276,15 @@ def _triton_warm_up(device) -> None:
 _profiler_warmed = False
 
 
+def device_profile():
+    """A Kineto session of device (CUPTI) events only: what torch.profiler.profile(activities=[CUDA]) starts,
+    without its first session's `hasattr(torch, "_inductor")`, which imports torch._inductor and torch._dynamo
+    (5-6 s of a runner's start on the H100 box, issue 26)."""
+    import torch.autograd.profiler
+
+    return torch.autograd.profiler.profile(use_kineto=True, use_cpu=False, use_device="cuda")
+
+
 def _warm_profiler(probe) -> None:
     """One empty profiling session before the seal: CUPTI and Kineto start their threads on the first
     session, and after the seal no thread can start, so the kernel audit's profile would fail
@@ -285,11 +294,10 @@ def _warm_profiler(probe) -> None:
     if _profiler_warmed:
         return
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     os.environ["TEARDOWN_CUPTI"] = "0"  # Kineto would tear CUPTI down after each session, and its threads
     try:
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with device_profile():
             probe.add_(0)
             torch.cuda.synchronize(probe.device)
         _profiler_warmed = True
@@ -656,14 +664,12 @@ class Runner:
         self.channel.send({"type": "timed", "elapsed_ms": elapsed, "outputs": described})
 
     def profile(self) -> None:
-        """The device kernels one forward ran, with their GPU time (CUPTI through torch.profiler)."""
+        """The device kernels one forward ran, with their GPU time (CUPTI through torch's profiler)."""
         torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
         model = self.models["candidate"]
         args = self.args()
         try:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+            with device_profile() as prof, torch.no_grad():
                 model(*args)
                 self.sync()
             kernels = []
