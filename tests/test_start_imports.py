@@ -3,9 +3,12 @@ seconds of imports that neither the op trace nor the kernel audit's profiler nee
 interpreter, since this test process may have imported them already."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+PROBLEM_FILES = Path(__file__).resolve().parent / "problem_files"
 
 
 def _fresh(code: str) -> str:
@@ -53,3 +56,17 @@ kernels = [e.key for e in prof.key_averages() if (getattr(e, "self_device_time_t
 print(bool(kernels), 'torch._inductor' in sys.modules, 'torch._dynamo' in sys.modules)
 """)
     assert out == "True False False"
+
+
+def test_the_roofline_and_the_automatic_small_size_record_without_importing_dynamo():
+    """kgen's own dispatch modes over a reference on the meta device (the FLOP counter, the semantic recorder
+    of the automatic small size): `kgen eval` works out the roofline after its judge."""
+    out = _fresh(f"""
+import sys
+from kgen.problems.problem import load_problem
+from kgen.problems.roofline import compute_roofline
+small = load_problem("{PROBLEM_FILES / 'depthwise_conv_avgpool.py'}", "small")
+roof = compute_roofline(load_problem("softmax", "full"))
+print(small.sized_by, roof.flops > 0, 'torch._dynamo' in sys.modules)
+""")
+    assert out == "automatic True False"

@@ -13,6 +13,7 @@ import typer
 
 from kgen.cli import bench, evaluate, problems, results, search
 from kgen.cli.app import KgenCommand, _value_name, app
+from kgen.core.bytecode import keep_bytecode
 from kgen.core.errors import KgenError
 
 # Every command, in the order `kgen --help` lists them: a function of kgen/cli/<its group>.py
@@ -94,6 +95,8 @@ def quick_exit(code: int) -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     from_command_line = argv is None  # not a caller's main([...]) in its own process
+    if from_command_line:  # before torch's import: where the install keeps no bytecode, kgen's cache does
+        keep_bytecode()
     argv = expand_list_options(list(sys.argv[1:] if argv is None else argv))
     command = next((a for a in argv if not a.startswith("-")), None)
     try:

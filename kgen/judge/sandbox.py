@@ -185,6 +185,8 @@ def sandbox_env(spec: SandboxSpec, mode: SandboxMode, workdir: str) -> dict[str,
     for name in PASSED_THROUGH:
         if os.environ.get(name):
             env[name] = os.environ[name]
+    if sys.pycache_prefix:  # kgen's kept bytecode (kgen.core.bytecode), read-only here: read, never written
+        env["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
     if spec.gpu:
         libcuda = _libcuda_dir()
         if libcuda and "TRITON_LIBCUDA_PATH" not in env:
@@ -204,6 +206,8 @@ def _bind_args(spec: SandboxSpec) -> list[str]:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     bound = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
     ro = list(python_paths()) + [kgen_package_dir()] + [Path(p).resolve() for p in spec.read_only]
+    if sys.pycache_prefix and os.path.isdir(sys.pycache_prefix):
+        ro.append(Path(sys.pycache_prefix).resolve())
     if spec.gpu:
         ro += [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p and os.path.isdir(p)]
         libcuda = _libcuda_dir()

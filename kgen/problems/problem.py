@@ -371,7 +371,19 @@ def _meta_forward(problem: Problem) -> list[torch.Tensor]:
 
 # ---- the automatic small size ----
 
-class _SemanticRecorder(TorchDispatchMode):
+class RecordingMode(TorchDispatchMode):
+    """A dispatch mode that only records what runs (kgen's own, over a problem's reference on the meta device or
+    the GPU): with no torch._dynamo.disable around its __torch_dispatch__, whose lazy wrapper imports torch._dynamo
+    on its first call (2.5 s after each `kgen eval`'s judge on the H100 box, issue 26). That guard only matters
+    inside torch.compile'd code, which a reference's forward under these modes is not (as kgen.harness.trace's
+    OpTrace, which defines the same for itself: the runner's classes are pinned one by one)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class _SemanticRecorder(RecordingMode):
     """Records every operator's semantic arguments (SEMANTIC_ARGS) as the forward runs."""
 
     def __init__(self) -> None:

@@ -41,10 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from kgen.problems.problem import Problem, TensorSpec, meta_doing, on_device, problem_code
+from kgen.problems.problem import Problem, RecordingMode, TensorSpec, meta_doing, on_device, problem_code
 
 FP32_DEFAULT_RTOL = 1e-5  # kgen.judge.verify's default for fp32; anything looser admits plain TF32 / 16-bit math
 
@@ -177,7 +176,7 @@ def _operator_flops(func, args: tuple, kwargs: dict, out) -> int:
     return 0
 
 
-class _FlopCounter(TorchDispatchMode):
+class _FlopCounter(RecordingMode):
     """Adds up _operator_flops over the operators run inside it; an operator no rule knows is broken
     into the ones it is made of, where PyTorch can (as torch's FlopCounterMode does)."""
 
