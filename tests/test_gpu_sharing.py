@@ -255,6 +255,36 @@ def test_the_spares_stop_while_anyone_times_on_their_gpu_and_go_on_after(uuid):
         spares.close()
 
 
+def test_while_its_own_judge_times_the_spares_stop_and_the_watcher_sleeps(monkeypatch, uuid):
+    """Judge.gpu_alone's timed runs: the spares stop, and the watcher looks at the lock no more until they end
+    (a thread waking every 10 ms in the process whose own polls are the gate clock's). Its looks are counted by
+    wrapping the real gpu_lock.timed_now."""
+    from kgen.judge import gpu_lock
+    from kgen.judge.sandbox import SandboxMode
+    from kgen.judge.spares import SpareRunners
+
+    looks = []
+    real = gpu_lock.timed_now
+    monkeypatch.setattr(gpu_lock, "timed_now", lambda u: looks.append(time.monotonic()) or real(u))
+    spares = SpareRunners(SandboxMode.BWRAP, depth=0)
+    spares.prestart("cpu", {"run": 1})
+    try:
+        spares.watch_timing(uuid)
+        waiting = spares.spares[("cpu", "run")]
+        time.sleep(0.2)
+        assert looks and not any(_stopped(s) for s in waiting)
+        with spares.timing_here():
+            time.sleep(0.05)  # a look already under way ends
+            asleep_from = time.monotonic()
+            time.sleep(0.4)
+            assert all(_stopped(s) for s in waiting)
+            assert not [t for t in looks if t > asleep_from]
+        time.sleep(0.3)
+        assert [t for t in looks if t > asleep_from] and not any(_stopped(s) for s in waiting)
+    finally:
+        spares.close()
+
+
 def test_an_evaluation_shares_its_gpu_only_where_two_fit_in_its_memory(monkeypatch):
     """The rule that decides gpu_shared's two ways: the evaluation's planned GPU memory (verify.gpu_memory_plan, from
     the problem's shapes) at most SHARE_GPU_MEMORY of the GPU's. The GPU's size is stood in (there is no GPU here)."""

@@ -145,8 +145,10 @@ class Judge(CompileSteps, Audits, TimedRuns):
         candidate's: its deadline moves by them, and the phases leave them out (`gpu_wait_s`)."""
         from kgen.judge import gpu_lock
 
+        here = self.spares.timing_here() if self.spares is not None else contextlib.nullcontext()
         if self._alone_throughout:  # held alone for the whole evaluation already (gpu_shared)
-            yield
+            with here:
+                yield
             return
         share = self._share
         if share is not None:
@@ -155,6 +157,7 @@ class Judge(CompileSteps, Audits, TimedRuns):
         try:
             with contextlib.ExitStack() as stack:
                 self._wait_for_gpu(what, lambda: stack.enter_context(held_lock))
+                stack.enter_context(here)
                 yield
         finally:  # a verdict raised in the timed runs too: the judge's closing work is untimed work on the GPU
             if share is not None:

@@ -127,6 +127,8 @@ class SpareRunners:
         self._lock = threading.RLock()
         self._watcher: Optional[threading.Thread] = None
         self._watching = threading.Event()
+        self._not_timing_here = threading.Event()  # cleared while this process's judge times (timing_here)
+        self._not_timing_here.set()
         self._holding_alone = False  # this process's judge holds the GPU alone all through (holding_alone)
         # prestart_in_background's thread: it outlives the processes it started, which bubblewrap's
         # --die-with-parent (PR_SET_PDEATHSIG, a thread's) kills when the thread that started them ends
@@ -251,6 +253,7 @@ class SpareRunners:
 
         def watch() -> None:
             while not self._watching.wait(self.WATCH_S):
+                self._not_timing_here.wait()  # asleep while this process's judge times: the spares are stopped
                 with contextlib.suppress(OSError):
                     self._stop_for("timed", gpu_lock.timed_now(uuid) and not self._holding_alone)
             self._stop_for("timed", False)
@@ -258,6 +261,19 @@ class SpareRunners:
         self._watching.clear()
         self._watcher = threading.Thread(target=watch, daemon=True, name="kgen-spares-watch")
         self._watcher.start()
+
+    @contextlib.contextmanager
+    def timing_here(self):
+        """This process's judge times on the GPU for the block (Judge.gpu_alone: calibration, timing, the kernel
+        profile): the spares stop, and the watcher sleeps instead of waking every WATCH_S in the process whose
+        own polls time the candidate (the gate clock's), taking the GIL from them."""
+        self._stop_for("timed here", True)
+        self._not_timing_here.clear()
+        try:
+            yield
+        finally:
+            self._not_timing_here.set()
+            self._stop_for("timed here", False)
 
     def holding_alone(self, alone: bool) -> None:
         """This process's judge holds its GPU alone all through an evaluation (too big to share it): the GPU's
@@ -269,6 +285,7 @@ class SpareRunners:
         self._settled()
         if self._watcher is not None:
             self._watching.set()
+            self._not_timing_here.set()
             self._watcher.join(5)
             self._watcher = None
         with self._lock:
