@@ -4,8 +4,8 @@ Python compiles each module's source on import and keeps the bytecode beside it 
 is told not to (PYTHONDONTWRITEBYTECODE) or cannot write there. An install with no bytecode of its own in
 such an environment compiles torch's sources again in every process: the H100 image kgen is measured on has
 PYTHONDONTWRITEBYTECODE=1 and not one .pyc under torch, and `import kgen.judge.evaluate, triton` took 5.8 s
-there against 2.4 s with the bytecode kept (benchmarks/pyc_probe.sh). `kgen eval` starts three Python
-processes (itself, the compile step's and the runner's sandboxes), a search dozens.
+there against 2.4 s with the bytecode kept (benchmarks/pyc_probe.sh). `kgen eval` runs up to five Python
+processes (itself, three sandboxes: the compile step and two runners, and the baselines' worker), a search dozens.
 
 There, and only there, kgen keeps the bytecode under its cache instead (`sys.pycache_prefix`, and
 PYTHONPYCACHEPREFIX for the processes it starts: Ray's workers, the sandboxes, which read it but never write
