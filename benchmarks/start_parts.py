@@ -17,14 +17,17 @@ import subprocess
 import sys
 import time
 
-RUNNER = r"""
+# each variant's seconds, step by step: mark(name) after each
+MARKS = r"""
 import os, sys, time, contextlib
 marks = []
 t = time.perf_counter()
 def mark(name):
     global t
     now = time.perf_counter(); marks.append(f"{name} {now - t:.2f}"); t = now
-import torch; mark("torch")
+"""
+
+RUNNER = MARKS + r"""import torch; mark("torch")
 import triton; mark("triton")
 import kgen.harness.cuda_build, kgen.harness.gate, kgen.harness.pins, kgen.harness.trace; mark("kgen")
 import torch.utils.cpp_extension; mark("cpp_extension")
@@ -41,13 +44,7 @@ if torch.cuda.is_available():
 print(" ".join(marks))
 """
 
-PARENT = r"""
-import sys, time
-marks = []
-t = time.perf_counter()
-def mark(name):
-    global t
-    now = time.perf_counter(); marks.append(f"{name} {now - t:.2f}"); t = now
+PARENT = MARKS + r"""
 import kgen.cli.evaluate; mark("cli")
 from kgen.judge.evaluate import evaluate_one; mark("judge_imports")
 from kgen.problems.problem import load_problem

@@ -211,7 +211,7 @@ def test_spares_give_every_candidate_a_process_no_candidate_has_used():
 
 
 def test_spares_are_stopped_while_a_candidate_is_timed_and_go_on_after():
-    """Every process of a waiting spare's sandbox is stopped (state T) inside `paused()`, and runs again after."""
+    """Every process of a waiting spare's sandbox is stopped (state T) inside `timing_here()`, and runs again after."""
     import time
 
     from kgen.judge.sandbox import SandboxMode
@@ -233,7 +233,7 @@ def test_spares_are_stopped_while_a_candidate_is_timed_and_go_on_after():
         taken = spares.take("cpu")
         (waiting,) = spares.spares[("cpu", "run")]
         pgid = waiting.process.proc.pid
-        with spares.paused():
+        with spares.timing_here():
             time.sleep(0.2)
             assert states(pgid) == {"T"}
         time.sleep(0.2)

@@ -239,7 +239,7 @@ def test_the_spares_stop_while_anyone_times_on_their_gpu_and_go_on_after(uuid):
         try:
             time.sleep(0.3)
             assert all(_stopped(s) for s in waiting)
-            with spares.paused():  # its own timing ending meanwhile does not let them go on
+            with spares.timing_here():  # its own timing ending meanwhile does not let them go on
                 pass
             time.sleep(0.1)
             assert all(_stopped(s) for s in waiting)

@@ -703,9 +703,8 @@ class Judge(CompileSteps, Audits, TimedRuns):
             timing = None
             if self.gpu:
                 watch.reference = self.reference_runner_end(reference)
-                with self.gpu_alone("timing"):
-                    with self.spares.paused() if self.spares is not None else contextlib.nullcontext():
-                        timing = self.timed(slot, watch)
+                with self.gpu_alone("timing"):  # its spares stopped meanwhile (SpareRunners.timing_here)
+                    timing = self.timed(slot, watch)
                     self.phase("timing_s")
                     self.audit_gpu_kernels(slot, timing["median_ms"] if timing else None)
                     self.phase("profile_s")

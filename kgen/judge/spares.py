@@ -120,7 +120,7 @@ class SpareRunners:
         self.mode = mode
         self.depth = depth
         self.spares: dict[tuple[str, str], list[RunnerSlot]] = {}
-        # why the waiting spares are stopped now ("timing": this judge's own, paused(); "timed": anyone's on the
+        # why the waiting spares are stopped now ("timing": this judge's own, timing_here(); "timed": anyone's on the
         # GPU, watch_timing); stopped while any reason holds. The lock: the watcher's thread signals the queues'
         # processes while the judge's thread takes from them
         self._stopped_for: set[str] = set()
@@ -221,18 +221,6 @@ class SpareRunners:
                     except OSError:
                         pass
 
-    @contextlib.contextmanager
-    def paused(self):
-        """The spares stopped for the duration (a candidate's timing): one importing torch or making its
-        CUDA context competes with the timed runs for the CPU that launches their kernels (on the H100 box,
-        with four spares starting, every candidate's median came out 3-14% slower)."""
-        self._settled()
-        self._stop_for("timing", True)
-        try:
-            yield
-        finally:
-            self._stop_for("timing", False)
-
     def _stop_for(self, reason: str, stop: bool) -> None:
         with self._lock:
             was = bool(self._stopped_for)
@@ -246,7 +234,8 @@ class SpareRunners:
     def watch_timing(self, uuid: Optional[str]) -> None:
         """From now on, stop the waiting spares whenever any process times on GPU `uuid` (holds its timing lock
         alone: this judge, another evaluator sharing the GPU, the driver lane, the baselines), within WATCH_S,
-        and let them go on after: paused() covers only this judge's own timings. Once; no UUID (no GPU): nothing."""
+        and let them go on after: timing_here() covers only this judge's own timings. Once; no UUID (no GPU):
+        nothing."""
         if uuid is None or self._watcher is not None:
             return
         from kgen.judge import gpu_lock
@@ -265,19 +254,22 @@ class SpareRunners:
     @contextlib.contextmanager
     def timing_here(self):
         """This process's judge times on the GPU for the block (Judge.gpu_alone: calibration, timing, the kernel
-        profile): the spares stop, and the watcher sleeps instead of waking every WATCH_S in the process whose
-        own polls time the candidate (the gate clock's), taking the GIL from them."""
-        self._stop_for("timed here", True)
+        profile). The spares stop: one importing torch or making its CUDA context competes with the timed runs for
+        the CPU that launches their kernels (on the H100 box, with four spares starting, every candidate's median
+        came out 3-14% slower). And the watcher sleeps instead of waking every WATCH_S in the process whose own
+        polls time the candidate (the gate clock's), taking the GIL from them."""
+        self._settled()
+        self._stop_for("timing", True)
         self._not_timing_here.clear()
         try:
             yield
         finally:
             self._not_timing_here.set()
-            self._stop_for("timed here", False)
+            self._stop_for("timing", False)
 
     def holding_alone(self, alone: bool) -> None:
         """This process's judge holds its GPU alone all through an evaluation (too big to share it): the GPU's
-        timing lock is its own then, and its spares go on starting but for its timed runs (paused())."""
+        timing lock is its own then, and its spares go on starting but for its timed runs (timing_here())."""
         self._holding_alone = alone
 
     def close(self) -> None:
